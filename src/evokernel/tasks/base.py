@@ -1,0 +1,133 @@
+"""The kernel-task contract: what the evaluator needs to know about a problem.
+
+A task is data plus a little code: an interface (the function a candidate file must define),
+a pure-PyTorch reference in float64 on the CPU, a seeded input generator with public
+(timed) and hidden (correctness-only) scenarios, tolerances per dtype, stock baselines, and a
+byte/FLOP count for the roofline.
+
+Who calls what, and where:
+  * the evaluator's parent process: `scenarios`, `hidden_scenarios`, `make_inputs` (on the CPU),
+    `perturb`, `reference`, `tolerance`, `bytes_moved`, `flops`. The reference never runs in the
+    candidate's process.
+  * the candidate's worker process: `make_inputs` (then moves tensors to the device),
+    `perturb`, `output_spec`, `baselines`. Never `reference`.
+
+Determinism: `make_inputs(scenario, seed, dtype)` and `perturb(inputs, seed)` are pure functions
+of their arguments (CPU `torch.Generator`), so the parent and the worker build bit-identical
+inputs from the same seed, on any device.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+Inputs = dict[str, Any]
+"""Keyword arguments of the task's entry point (tensors and Python scalars)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One shape configuration of a task.
+
+    name:   stable identifier used in results, dispatch tables and prompts ("b1_ctx4096").
+    params: task-specific shape parameters (ints, or tuples of ints such as per-batch lengths).
+    regime: a coarse class used as a search feature, e.g. "short" or "long" context.
+    hidden: hidden scenarios are drawn from the evaluator's secret seed, checked for
+            correctness only, and never shown to a candidate or an LLM.
+    """
+
+    name: str
+    params: Mapping[str, Any]
+    regime: str = ""
+    hidden: bool = False
+
+    def describe(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name}({inner})"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass when both hold (out and ref compared in float64):
+
+    ||out - ref||_2 / ||ref||_2 <= rel_l2
+    max|out - ref| / max|ref|   <= max_abs_rel
+    """
+
+    rel_l2: float
+    max_abs_rel: float
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass
+class Task(ABC):
+    """Base class of a kernel task. Subclasses live in `evokernel.tasks.<name>`."""
+
+    name: str
+    entry_point: str
+    interface: str
+    description: str
+    seed_candidate: Path
+    # Device kind ("cuda" | "cpu") -> dtypes a candidate is checked in (first one is timed).
+    dtypes: Mapping[str, tuple[torch.dtype, ...]] = field(default_factory=dict)
+
+    # --- scenarios -------------------------------------------------------------------------
+    @abstractmethod
+    def scenarios(self, device: str) -> list[Scenario]:
+        """Public scenarios, timed against the baselines. On "cpu" they are small enough for
+        the Triton interpreter."""
+
+    @abstractmethod
+    def hidden_scenarios(self, device: str, seed: int) -> list[Scenario]:
+        """Correctness-only scenarios drawn from `seed` (odd sizes, other ratios, extremes)."""
+
+    # --- inputs ----------------------------------------------------------------------------
+    @abstractmethod
+    def make_inputs(self, scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
+        """Fresh CPU inputs for one call. Memory the candidate must not read holds junk."""
+
+    @abstractmethod
+    def perturb(self, inputs: Inputs, seed: int) -> None:
+        """Overwrite the per-call inputs (e.g. the query) in place with new values drawn from
+        `seed`, keeping their storage: contents change between timed calls, pointers do not."""
+
+    @abstractmethod
+    def output_spec(self, inputs: Inputs) -> OutputSpec:
+        """Shape and dtype the candidate must return for these inputs."""
+
+    # --- judging ---------------------------------------------------------------------------
+    @abstractmethod
+    def reference(self, inputs: Inputs) -> torch.Tensor:
+        """The exact answer in float64 on the CPU (TF32 off)."""
+
+    @abstractmethod
+    def tolerance(self, dtype: torch.dtype) -> Tolerance: ...
+
+    # --- timing ----------------------------------------------------------------------------
+    @abstractmethod
+    def baselines(self, scenario: Scenario) -> dict[str, Callable[..., torch.Tensor]]:
+        """Stock implementations a user would otherwise call, applicable to `scenario`,
+        called with the same keyword arguments as the candidate."""
+
+    @abstractmethod
+    def bytes_moved(self, scenario: Scenario, dtype: torch.dtype) -> int:
+        """The fewest bytes of device memory one call must read and write."""
+
+    @abstractmethod
+    def flops(self, scenario: Scenario) -> int: ...
+
+    def rotating_bytes(self, scenario: Scenario, dtype: torch.dtype) -> int:
+        """Bytes of one input set that a real workload reads cold (weights, KV cache); the
+        evaluator keeps enough copies to exceed the L2 cache, or flushes it."""
+        return self.bytes_moved(scenario, dtype)
