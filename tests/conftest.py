@@ -17,9 +17,7 @@ if not torch.cuda.is_available():
 
 # Spawned evaluator workers and the CLI's subprocesses run this tree's package.
 _SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (_SRC, os.environ.get("PYTHONPATH", "")) if p
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

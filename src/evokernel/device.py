@@ -20,7 +20,7 @@ from evokernel.errors import EvokernelError
 
 
 def resolve(device: str | None) -> str:
-    """"cuda" or "cpu"; None means CUDA when present. Asking for CUDA without one is an error."""
+    """ "cuda" or "cpu"; None means CUDA when present. Asking for CUDA without one is an error."""
     if device is None or device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cuda", "cpu"):

@@ -84,7 +84,7 @@ HF_TENSOR_MAP: dict[str, tuple[str, str | None]] = {
 
 def hf_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
     """Every tensor name an HF Qwen3 checkpoint holds, with its shape (lm_head only if untied)."""
-    H, I, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    H, inter, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {
         "model.embed_tokens.weight": (cfg.vocab_size, H),
         "model.norm.weight": (H,),
@@ -100,9 +100,9 @@ def hf_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
         "self_attn.k_norm.weight": (D,),
         "self_attn.o_proj.weight": (H, cfg.q_size),
         "post_attention_layernorm.weight": (H,),
-        "mlp.gate_proj.weight": (I, H),
-        "mlp.up_proj.weight": (I, H),
-        "mlp.down_proj.weight": (H, I),
+        "mlp.gate_proj.weight": (inter, H),
+        "mlp.up_proj.weight": (inter, H),
+        "mlp.down_proj.weight": (H, inter),
     }
     for i in range(cfg.num_hidden_layers):
         for suffix, shape in per_layer.items():
