@@ -113,9 +113,8 @@ def parse_knobs(source: str) -> list[Knob]:
             value = ast.literal_eval(m["value"].strip())
             choices = ast.literal_eval(f"({m['choices']},)")
         except (ValueError, SyntaxError) as err:
-            raise BlockError(f"line {i + 1}: bad tune declaration ({err}): {line.strip()}") from (
-                None
-            )
+            msg = f"line {i + 1}: bad tune declaration ({err}): {line.strip()}"
+            raise BlockError(msg) from None
         if value not in choices:
             raise BlockError(f"line {i + 1}: value {value!r} of {m['name']} not in its choices")
         if any(k.name == m["name"] for k in knobs):
