@@ -5,6 +5,12 @@ Both layouts published for Qwen3 are accepted:
   * transformers 5.x:            `rope_parameters: {rope_type, rope_theta}`, `dtype`
 Only plain RoPE (`rope_type` "default", or no scaling) is supported; anything else is a
 `CheckpointError` naming the key. Sliding-window attention is rejected the same way.
+Keys a config.json leaves out take transformers' `Qwen3Config` defaults (e.g. `head_dim` 128,
+`num_key_value_heads` 32, `rope_theta` 10000), so we build the model transformers would.
+
+`from_dir` also reads `generation_config.json` when present: its `eos_token_id` (an int or a
+list) is merged into `eos_token_ids` after config.json's own, because generation stops on
+either (Qwen3 lists `<|im_end|>` in config.json and adds `<|endoftext|>` there).
 
 `Qwen3Config` is the one object the loader, the engine and the random-checkpoint writer
 share; it is frozen and validated in `__post_init__`.
@@ -13,7 +19,7 @@ share; it is frozen and validated in `__post_init__`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,8 @@ from evokernel.errors import CheckpointError
 
 SUPPORTED_MODEL_TYPES = ("qwen3",)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
+CONFIG_LAYOUTS = ("transformers5", "legacy")
+GENERATION_CONFIG = "generation_config.json"
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,15 @@ class Qwen3Config:
             raise CheckpointError(f"config: rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
         if not (self.rope_theta > 0):
             raise CheckpointError(f"config: rope_theta must be > 0, got {self.rope_theta!r}")
+        ids: dict[str, tuple[int, ...]] = {"eos_token_id": self.eos_token_ids}
+        if self.bos_token_id is not None:
+            ids["bos_token_id"] = (self.bos_token_id,)
+        for key, values in ids.items():
+            for v in values:
+                if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < self.vocab_size:
+                    raise CheckpointError(
+                        f"config: {key} {v!r} is not a token id below vocab_size {self.vocab_size}"
+                    )
 
     # Derived sizes -----------------------------------------------------------------------
     @property
@@ -103,9 +120,19 @@ class Qwen3Config:
             if key not in d:
                 raise CheckpointError(f"{source}: missing key {key!r}")
         heads = d["num_attention_heads"]
-        head_dim = d.get("head_dim") or (d["hidden_size"] // heads if heads else 0)
+        head_dim = d.get("head_dim", 128)  # transformers' default when the key is absent
+        if head_dim is None:
+            head_dim = d["hidden_size"] // heads if isinstance(heads, int) and heads > 0 else 0
         if d.get("use_sliding_window"):
             raise CheckpointError(f"{source}: use_sliding_window=true is not supported")
+        layer_types = d.get("layer_types") or []
+        if not isinstance(layer_types, list):
+            raise CheckpointError(f"{source}: layer_types must be a list")
+        for i, kind in enumerate(layer_types):
+            if kind != "full_attention":
+                raise CheckpointError(
+                    f"{source}: layer_types[{i}] is {kind!r}; only full_attention is supported"
+                )
         if d.get("hidden_act", "silu") != "silu":
             raise CheckpointError(f"{source}: unsupported hidden_act {d.get('hidden_act')!r}")
         if d.get("attention_bias"):
@@ -116,24 +143,18 @@ class Qwen3Config:
         if not isinstance(dtype, str):
             raise CheckpointError(f"{source}: dtype must be a string, got {dtype!r}")
         dtype = dtype.removeprefix("torch.")
-        eos = d.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-        return cls(
-            vocab_size=d["vocab_size"],
-            hidden_size=d["hidden_size"],
-            intermediate_size=d["intermediate_size"],
-            num_hidden_layers=d["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=d.get("num_key_value_heads") or heads,
-            head_dim=head_dim,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(rope_theta),
-            max_position_embeddings=d.get("max_position_embeddings", 40960),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            dtype=dtype,
-            bos_token_id=d.get("bos_token_id"),
-            eos_token_ids=eos_ids,
-        )
+        kv_heads = d.get("num_key_value_heads", 32)  # transformers' default when absent
+        for key in ("rms_norm_eps", "tie_word_embeddings", "bos_token_id"):
+            kind = {"tie_word_embeddings": bool, "bos_token_id": int}.get(key, (int, float))
+            value = d.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise CheckpointError(f"{source}: {key} has the wrong type: {value!r}")
+        try:
+            return cls(
+                **_fields(d, heads, kv_heads, head_dim, rope_theta, dtype, source),
+            )
+        except CheckpointError as err:
+            raise CheckpointError(f"{source}: {str(err).removeprefix('config: ')}") from None
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> Qwen3Config:
@@ -146,14 +167,27 @@ class Qwen3Config:
             raise CheckpointError(f"{path}: not valid JSON ({err})") from None
         if not isinstance(data, dict):
             raise CheckpointError(f"{path}: expected a JSON object")
-        return cls.from_hf_dict(data, source=str(path))
+        cfg = cls.from_hf_dict(data, source=str(path))
+        extra = read_generation_eos(model_dir)
+        merged = cfg.eos_token_ids + tuple(i for i in extra if i not in cfg.eos_token_ids)
+        return replace(cfg, eos_token_ids=merged) if merged != cfg.eos_token_ids else cfg
 
-    def to_hf_dict(self) -> dict[str, Any]:
-        """The transformers-5 layout (`rope_parameters`, `dtype`), loadable by transformers."""
+    def to_hf_dict(self, layout: str = "transformers5") -> dict[str, Any]:
+        """config.json content, loadable by transformers.
+
+        `layout="transformers5"`: `rope_parameters` and `dtype`; `"legacy"`: top-level
+        `rope_theta`, `rope_scaling: null` and `torch_dtype`, as the hub's Qwen3 configs.
+        """
+        if layout not in CONFIG_LAYOUTS:
+            raise ValueError(f"layout must be one of {CONFIG_LAYOUTS}, got {layout!r}")
         d = asdict(self)
         eos = d.pop("eos_token_ids")
         d["eos_token_id"] = (eos[0] if len(eos) == 1 else list(eos)) if eos else None
-        d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
+        if layout == "legacy":
+            d["torch_dtype"] = d.pop("dtype")
+            d["rope_scaling"] = None
+        else:
+            d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
         d.update(
             architectures=["Qwen3ForCausalLM"],
             model_type="qwen3",
@@ -167,28 +201,76 @@ class Qwen3Config:
         return d
 
 
+def _fields(
+    d: dict[str, Any],
+    heads: Any,
+    kv_heads: Any,
+    head_dim: Any,
+    rope_theta: float,
+    dtype: str,
+    source: str,
+) -> dict[str, Any]:
+    return dict(
+        vocab_size=d["vocab_size"],
+        hidden_size=d["hidden_size"],
+        intermediate_size=d["intermediate_size"],
+        num_hidden_layers=d["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=heads if kv_heads is None else kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+        rope_theta=rope_theta,
+        max_position_embeddings=d.get("max_position_embeddings", 32768),
+        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+        dtype=dtype,
+        bos_token_id=d.get("bos_token_id"),
+        eos_token_ids=_token_ids(d.get("eos_token_id"), source),
+    )
+
+
+def read_generation_eos(model_dir: str | Path) -> tuple[int, ...]:
+    """`eos_token_id` of `model_dir/generation_config.json` (empty when the file is absent)."""
+    path = Path(model_dir) / GENERATION_CONFIG
+    if not path.is_file():
+        return ()
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return _token_ids(data.get("eos_token_id"), str(path))
+
+
+def _token_ids(value: object, source: str) -> tuple[int, ...]:
+    ids = value if isinstance(value, list) else ([] if value is None else [value])
+    for v in ids:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise CheckpointError(f"{source}: eos_token_id must hold token ids, got {value!r}")
+    return tuple(ids)
+
+
 def _rope_theta(d: dict[str, Any], source: str) -> float:
-    params = d.get("rope_parameters")
-    scaling = d.get("rope_scaling")
-    if isinstance(params, dict):
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type != "default":
-            raise CheckpointError(
-                f"{source}: unsupported rope_parameters.rope_type {rope_type!r} "
-                "(only plain RoPE is supported)"
-            )
-        theta = params.get("rope_theta", d.get("rope_theta"))
+    # transformers reads `rope_scaling` first when both are set, then `rope_parameters`.
+    for key in ("rope_scaling", "rope_parameters"):
+        params = d.get(key)
+        if params is not None and not isinstance(params, dict):
+            raise CheckpointError(f"{source}: {key} must be an object or null, got {params!r}")
+        if params:
+            break
     else:
-        if params is not None:
-            raise CheckpointError(f"{source}: rope_parameters must be an object")
-        theta = d.get("rope_theta")
-    if scaling is not None:
-        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
-        if kind != "default":
-            raise CheckpointError(
-                f"{source}: unsupported rope_scaling {kind or scaling!r} "
-                "(only plain RoPE is supported)"
-            )
+        key, params = "rope_parameters", {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise CheckpointError(
+            f"{source}: unsupported {key}.rope_type {rope_type!r} (only plain RoPE is supported)"
+        )
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise CheckpointError(
+            f"{source}: unsupported {key}.partial_rotary_factor "
+            f"{params['partial_rotary_factor']!r} (only full-head RoPE is supported)"
+        )
+    theta = params.get("rope_theta", d.get("rope_theta"))
     if theta is None:
         theta = 10000.0  # transformers' default when the key is absent
     if not isinstance(theta, (int, float)) or isinstance(theta, bool):

@@ -1,0 +1,134 @@
+"""Checkpoint directory -> `Qwen3Weights` on a device, one tensor at a time.
+
+    cfg, weights = load_model(path, device="cuda", dtype=torch.bfloat16)
+    weights = load_weights(path, cfg, device="cuda", dtype=torch.bfloat16)
+
+The whole checkpoint is checked first (`inspect_checkpoint`: layout, headers, names, shapes,
+dtypes), so a bad checkpoint fails with one `CheckpointError` line before any device memory is
+taken. Then each tensor goes from a memory-mapped view of its file straight into its slice of
+the destination (q/k/v rows into `qkv_proj`, gate/up rows into `gate_up_proj`), converted to
+`dtype` on the way, and its mapped pages are dropped once copied: host RAM holds at most one
+tensor of the file beyond what the destination itself takes (nothing, on a GPU).
+
+Tied embeddings: `weights.lm_head is weights.embed_tokens`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from evokernel.errors import ConfigError
+from evokernel.model.checkpoint import Checkpoint, inspect_checkpoint
+from evokernel.model.config import Qwen3Config
+from evokernel.model.safetensors_io import TensorMap
+from evokernel.model.weights import HF_TENSOR_MAP, LayerWeights, Qwen3Weights
+
+LOAD_DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+}
+
+
+def load_model(
+    model_dir: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.bfloat16,
+) -> tuple[Qwen3Config, Qwen3Weights]:
+    """Read the config (eos ids merged from generation_config.json) and load the weights."""
+    cfg = Qwen3Config.from_dir(model_dir)
+    return cfg, load_weights(model_dir, cfg, device, dtype)
+
+
+def load_weights(
+    model_dir: str | Path,
+    cfg: Qwen3Config,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.bfloat16,
+) -> Qwen3Weights:
+    """Check the checkpoint in `model_dir` against `cfg`, then copy it to `device` as `dtype`."""
+    dt = resolve_dtype(dtype)
+    ckpt = inspect_checkpoint(model_dir, cfg)
+    weights = _allocate(cfg, torch.device(device), dt)
+    _copy_all(ckpt, _destinations(cfg, weights))
+    return weights
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype in LOAD_DTYPES.values():
+            return dtype
+    elif dtype.removeprefix("torch.") in LOAD_DTYPES:
+        return LOAD_DTYPES[dtype.removeprefix("torch.")]
+    raise ConfigError(f"unsupported weight dtype {dtype!r} (use {', '.join(LOAD_DTYPES)})")
+
+
+def _allocate(cfg: Qwen3Config, device: torch.device, dtype: torch.dtype) -> Qwen3Weights:
+    H, inter, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+
+    def empty(*shape: int) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    embed = empty(cfg.vocab_size, H)
+    layers = [
+        LayerWeights(
+            input_norm=empty(H),
+            qkv_proj=empty(cfg.q_size + 2 * cfg.kv_size, H),
+            q_norm=empty(D),
+            k_norm=empty(D),
+            o_proj=empty(H, cfg.q_size),
+            post_attn_norm=empty(H),
+            gate_up_proj=empty(2 * inter, H),
+            down_proj=empty(H, inter),
+        )
+        for _ in range(cfg.num_hidden_layers)
+    ]
+    lm_head = embed if cfg.tie_word_embeddings else empty(cfg.vocab_size, H)
+    return Qwen3Weights(embed_tokens=embed, layers=layers, final_norm=empty(H), lm_head=lm_head)
+
+
+def _destinations(cfg: Qwen3Config, w: Qwen3Weights) -> dict[str, torch.Tensor]:
+    """HF tensor name -> the slice of `w` it fills (a view, so copying into it fills `w`)."""
+    q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
+    rows = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
+    rows |= {"gate": (0, inter), "up": (inter, 2 * inter)}
+    out: dict[str, torch.Tensor] = {}
+    for pattern, (field, part) in HF_TENSOR_MAP.items():
+        if pattern == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        holders: list[tuple[str, object]]
+        if "{i}" in pattern:
+            holders = [(pattern.format(i=i), w.layers[i]) for i in range(cfg.num_hidden_layers)]
+        else:
+            holders = [(pattern, w)]
+        for name, holder in holders:
+            t: torch.Tensor = getattr(holder, field)
+            if part is not None:
+                start, stop = rows[part]
+                t = t[start:stop]
+            out[name] = t
+    return out
+
+
+def _copy_all(ckpt: Checkpoint, dest: dict[str, torch.Tensor]) -> None:
+    for header in ckpt.headers:
+        names = [n for n, (h, _) in ckpt.tensors.items() if h is header]
+        names.sort(key=lambda n: ckpt.tensors[n][1].begin)  # read each file front to back
+        tmap = TensorMap(header)
+        try:
+            for name in names:
+                _copy_one(tmap.view(name), dest[name])
+                tmap.release(name)
+        finally:
+            tmap.close()
+
+
+@torch.no_grad()
+def _copy_one(src: torch.Tensor, dst: torch.Tensor) -> None:
+    # src: a CPU view of the mapped file; dst: a slice of the destination, same shape.
+    if dst.device.type != "cpu" and src.dtype != dst.dtype:
+        # Convert on the device: a CPU conversion would allocate the whole tensor in host RAM.
+        src = src.to(dst.device)
+    dst.copy_(src)

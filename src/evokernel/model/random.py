@@ -1,0 +1,209 @@
+"""Random-weight checkpoints in Hugging Face layout, with logits that are not flat.
+
+    write_random_checkpoint(out_dir, preset="tiny", seed=0)            # -> out_dir
+    write_random_checkpoint(out_dir, "qwen3-0.6b", layers=4, shards=2, untied=True)
+
+Writes config.json, generation_config.json, model.safetensors (or shards + index), and a
+byte-level tokenizer (`tokenizer.py`), so transformers and our loader both read the result.
+Each tensor is generated from its own seed (`seed` and its name), straight in the on-disk
+dtype, and streamed to disk: RAM holds one tensor at a time, and a tensor's values do not
+depend on the shard layout.
+
+Init scales. HF's default init (N(0, 0.02) everywhere) gives Qwen3-0.6B logits with std ~0.6:
+next-token entropy within 0.2 nats of log V, top-1 margins ~0.1, argmax set by rounding noise,
+so neither argmax agreement nor KL between two implementations would mean anything. Instead,
+with H hidden, I intermediate, L layers, V vocab (RMS means per element):
+
+  * embed_tokens, lm_head, q/k/v/gate/up: N(0, 1/H). Rows of unit norm; the projections keep
+    RMS (input normalised to RMS 1 -> output RMS 1).
+  * o_proj and down_proj: scaled so that each of the 2L blocks adds RMS r = (2L)^-1/2 to the
+    residual stream (o_proj assumes attention outputs of RMS ~0.5, an average over a few
+    values; down_proj that silu(gate) * up has RMS 0.596 for unit-normal inputs). The stream
+    ends at RMS ~1, so the layers, not the input embedding (RMS H^-1/2), decide the output:
+    with tied embeddings the current token gets a bias of only ~1 logit std on its own logit.
+  * final norm weight ~ s = 1.25 * sqrt(2 ln V) (6.1 for Qwen3's vocab, 4.4 for `tiny`), so
+    logits have std ~s: entropy ~2.5 nats of log V = 11.9, top-1 probability ~0.4, median
+    top-1 margin ~1 logit for V = 151936 (a Gaussian's maximum over V draws sits near
+    std * sqrt(2 ln V); 1.25 of that puts the top few tokens clearly apart from the rest).
+  * q_norm, k_norm weights ~1.6: attention scores then have std ~1.6^2 = 2.6 (per-head RMS
+    normalised q and k), sharp enough that attention output depends on which positions are
+    attended, so masking, RoPE and KV-cache mistakes change the logits.
+  * other norms ~1; every norm weight has 10% per-channel noise, so skipping one is visible.
+
+Values stay within a few units through any depth, finite in bf16 and fp16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.errors import CheckpointError, ConfigError
+from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE
+from evokernel.model.config import CONFIG_LAYOUTS, GENERATION_CONFIG, Qwen3Config
+from evokernel.model.loader import resolve_dtype
+from evokernel.model.presets import PRESETS, special_token_ids
+from evokernel.model.safetensors_io import TensorSpec, write_file
+from evokernel.model.tokenizer import write_byte_tokenizer
+from evokernel.model.weights import hf_shapes
+
+ALIASES = {
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "hidden": "hidden_size",
+    "intermediate": "intermediate_size",
+    "vocab": "vocab_size",
+}
+ATTN_OUT_RMS = 0.5
+SILU_GLU_RMS = 0.596  # sqrt(E[silu(z)^2]) for z ~ N(0, 1), times the RMS-1 up projection
+QK_NORM_MEAN = 1.6
+NORM_NOISE = 0.1
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    shards: int = 1
+    layout: str = "transformers5"  # or "legacy": config.json layout (see Qwen3Config.to_hf_dict)
+    tokenizer: bool = True
+    generation_eos: tuple[int, ...] = ()
+
+
+def write_random_checkpoint(
+    out_dir: str | Path,
+    preset: str = "qwen3-0.6b",
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    **overrides: Any,
+) -> Path:
+    """Write a random checkpoint of `preset`'s shapes (with `overrides`) to `out_dir`.
+
+    overrides: any `Qwen3Config` field, or `layers`, `heads`, `kv_heads`, `hidden`,
+    `intermediate`, `vocab`; `untied=True`; `shards=N`; `layout="transformers5" | "legacy"`;
+    `tokenizer=False` to skip the tokenizer files.
+    """
+    cfg, opts = resolve_options(preset, dtype, overrides)
+    out = _prepare(Path(out_dir))
+    weight_dtype = resolve_dtype(cfg.dtype)
+    specs = [TensorSpec(n, weight_dtype, s) for n, s in hf_shapes(cfg).items()]
+    groups = _split(specs, opts.shards)
+
+    def produce(spec: TensorSpec) -> torch.Tensor:
+        mean, std = init_stats(spec.name, cfg)
+        gen = torch.Generator().manual_seed(_tensor_seed(seed, spec.name))
+        return torch.empty(spec.shape, dtype=spec.dtype).normal_(mean, std, generator=gen)
+
+    if len(groups) == 1:
+        write_file(out / SINGLE_FILE, specs, produce)
+    else:
+        weight_map: dict[str, str] = {}
+        for k, group in enumerate(groups):
+            name = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
+            write_file(out / name, group, produce)
+            weight_map |= {s.name: name for s in group}
+        index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
+        (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    _write_json(out / "config.json", cfg.to_hf_dict(opts.layout))
+    generation = {"bos_token_id": cfg.bos_token_id, "eos_token_id": list(opts.generation_eos)}
+    _write_json(out / GENERATION_CONFIG, generation)
+    if opts.tokenizer:
+        write_byte_tokenizer(out, cfg.vocab_size, cfg.max_position_embeddings)
+    return out
+
+
+def resolve_options(
+    preset: str, dtype: str, overrides: dict[str, Any]
+) -> tuple[Qwen3Config, WriteOptions]:
+    """The config and write options `write_random_checkpoint` would use (nothing is written)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+    fields = dict(PRESETS[preset])
+    rest = dict(overrides)
+    shards = rest.pop("shards", 1)
+    layout = rest.pop("layout", "transformers5")
+    tokenizer = bool(rest.pop("tokenizer", True))
+    if rest.pop("untied", False):
+        fields["tie_word_embeddings"] = False
+    for key, value in rest.items():
+        key = ALIASES.get(key, key)
+        if key not in Qwen3Config.__dataclass_fields__:
+            raise ConfigError(f"unknown override {key!r} for a random checkpoint")
+        fields[key] = value
+    if not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    if layout not in CONFIG_LAYOUTS:
+        raise ConfigError(f"unknown config layout {layout!r} (use {', '.join(CONFIG_LAYOUTS)})")
+    fields["dtype"] = str(resolve_dtype(dtype)).removeprefix("torch.")
+    vocab = fields.get("vocab_size", 0)
+    eot, _, im_end = special_token_ids(vocab if isinstance(vocab, int) else 0)
+    fields.setdefault("bos_token_id", eot)
+    fields.setdefault("eos_token_ids", (im_end,))
+    try:
+        cfg = Qwen3Config(**fields)
+    except CheckpointError as err:
+        raise ConfigError(f"preset {preset!r}: {str(err).removeprefix('config: ')}") from None
+    gen_eos = (*cfg.eos_token_ids, *((eot,) if eot not in cfg.eos_token_ids else ()))
+    return cfg, WriteOptions(shards, layout, tokenizer, gen_eos)
+
+
+def init_stats(name: str, cfg: Qwen3Config) -> tuple[float, float]:
+    """(mean, std) of the normal distribution tensor `name` is drawn from (module docstring)."""
+    H, inter, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    block_rms = (2 * L) ** -0.5
+    if name.endswith("norm.weight"):
+        if name == "model.norm.weight":
+            mean = 1.25 * math.sqrt(2 * math.log(cfg.vocab_size))
+        elif name.endswith(("q_norm.weight", "k_norm.weight")):
+            mean = QK_NORM_MEAN
+        else:
+            mean = 1.0
+        return mean, NORM_NOISE * mean
+    if name.endswith("o_proj.weight"):
+        return 0.0, block_rms / (ATTN_OUT_RMS * math.sqrt(cfg.q_size))
+    if name.endswith("down_proj.weight"):
+        return 0.0, block_rms / (SILU_GLU_RMS * math.sqrt(inter))
+    return 0.0, H**-0.5
+
+
+def _tensor_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _split(specs: list[TensorSpec], shards: int) -> list[list[TensorSpec]]:
+    """Cut `specs` (in order) into at most `shards` non-empty groups of similar byte size."""
+    shards = min(shards, len(specs))
+    total = sum(s.nbytes for s in specs)
+    groups: list[list[TensorSpec]] = [[]]
+    done = 0
+    for i, s in enumerate(specs):
+        left_specs = len(specs) - i
+        left_groups = shards - len(groups)
+        full = done >= total * len(groups) / shards
+        if groups[-1] and (left_specs <= left_groups or (full and left_groups > 0)):
+            groups.append([])
+        groups[-1].append(s)
+        done += s.nbytes
+    return groups
+
+
+def _prepare(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise ConfigError(f"{out}: not empty and holds no checkpoint; refusing to write there")
+    out.mkdir(parents=True, exist_ok=True)
+    stale = [out / SINGLE_FILE, out / INDEX_FILE, *out.glob("model-*-of-*.safetensors")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return out
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
