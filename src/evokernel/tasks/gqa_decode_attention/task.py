@@ -1,0 +1,173 @@
+"""The `gqa_decode_attention` task: one decode step of grouped-query attention over a static
+KV cache (interface fixed by the product; see `INTERFACE`).
+
+Reference: float64 on the CPU, per sequence on the valid positions only (junk never touched).
+Baselines, called with the candidate's keywords:
+  sdpa_masked  F.scaled_dot_product_attention(enable_gqa=True) over the whole cache with a
+               boolean length mask: what a user writes for mixed lengths. It propagates NaN
+               junk keys (additive mask: NaN + -inf = NaN), so it is valid on input sets whose
+               `junk_kind` is "finite". On CUDA a mask with enable_gqa runs the math backend.
+  sdpa_sliced  for uniform lengths only (all public scenarios): SDPA on the cache sliced to the
+               valid length, no mask, so the flash backend can run. The length comes from the
+               scenario, so the call has no host sync.
+Roofline: bytes_moved = q + the valid K/V positions + seq_lens + the output; rotating_bytes =
+the valid K/V bytes, which a real decode step reads cold (the cache of all layers is far larger
+than L2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from evokernel.tasks.base import Inputs, OutputSpec, Scenario, Task, Tolerance
+from evokernel.tasks.gqa_decode_attention import inputs as _inputs
+from evokernel.tasks.gqa_decode_attention import scenarios as _scenarios
+
+SEED = Path(__file__).with_name("seed.py")  # the seed candidate, loaded by path
+
+INTERFACE = '''def attention(q, k_cache, v_cache, seq_lens, scale):
+    """One decode step of grouped-query attention.
+
+    q:        [B, Hq, D]          the new token's queries
+    k_cache:  [B, Hkv, S_max, D]  keys; positions >= seq_lens[b] hold junk and must be ignored
+    v_cache:  [B, Hkv, S_max, D]  values, same layout
+    seq_lens: [B] int32           valid positions per sequence, 1 <= seq_lens[b] <= S_max
+    scale:    float               softmax scale, usually D ** -0.5
+    returns   [B, Hq, D] in q's dtype; query head h reads kv head h // (Hq // Hkv)
+    """'''
+
+DESCRIPTION = (
+    "One decode step of grouped-query attention over a static KV cache [B, Hkv, S_max, D]. "
+    "Memory-bound: time is set by reading the valid K/V positions once. Qwen3-0.6B has "
+    "Hq=16, Hkv=8, D=128; at batch 1 a one-program-per-head kernel occupies 16 SMs, so long "
+    "contexts need the sequence split across programs (flash-decoding). Cache positions past "
+    "seq_lens[b] hold junk (NaN or huge values) that must never reach the output."
+)
+
+# Tolerances (see docs/tasks.md, measured with tests/tasks/test_tolerances.py's emulations):
+#   float32   a float32 kernel lands near 1e-7; the same math on float16-rounded inputs lands
+#             near 1e-4 (the float16 rounding of q, K, V alone): 1e-5 separates them.
+#   float16   a correct float16 kernel (float32 accumulation, p and the output rounded to
+#             float16) lands near 3e-4 rel L2; bfloat16 arithmetic lands near 3e-3: 1.5e-3.
+#   bfloat16  a correct bfloat16 kernel lands near 2.5e-3 rel L2 (max-abs-rel up to ~6e-3);
+#             float8 (e4m3) arithmetic lands near 4e-2: 1.5e-2 leaves a 5x margin each way.
+TOLERANCES = {
+    torch.float32: Tolerance(rel_l2=1e-5, max_abs_rel=1e-5),
+    torch.float16: Tolerance(rel_l2=1.5e-3, max_abs_rel=3e-3),
+    torch.bfloat16: Tolerance(rel_l2=1.5e-2, max_abs_rel=2.5e-2),
+}
+
+
+def reference(inputs: Inputs) -> torch.Tensor:
+    """float64 on the CPU; reads positions [0, seq_lens[b]) only. Returns [B, Hq, D]."""
+    q = inputs["q"].detach().to("cpu", torch.float64)
+    k_cache = inputs["k_cache"].detach().to("cpu")
+    v_cache = inputs["v_cache"].detach().to("cpu")
+    lens = [int(n) for n in inputs["seq_lens"].tolist()]
+    scale = float(inputs["scale"])
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[1]
+    group = Hq // Hkv
+    out = torch.empty((B, Hq, D), dtype=torch.float64)
+    for b, n in enumerate(lens):
+        k = k_cache[b, :, :n].to(torch.float64)  # [Hkv, n, D]
+        v = v_cache[b, :, :n].to(torch.float64)
+        qb = q[b].view(Hkv, group, D)  # query head h = kv * group + g
+        s = torch.einsum("kgd,knd->kgn", qb, k) * scale
+        p = torch.softmax(s, dim=-1)
+        out[b] = torch.einsum("kgn,knd->kgd", p, v).reshape(Hq, D)
+    return out
+
+
+def sdpa_masked(q, k_cache, v_cache, seq_lens, scale):
+    """Stock SDPA over the whole cache with a [B, 1, 1, S_max] boolean length mask."""
+    positions = torch.arange(k_cache.shape[2], device=q.device)
+    mask = (positions[None, :] < seq_lens[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(
+        q[:, :, None, :], k_cache, v_cache, attn_mask=mask, scale=scale, enable_gqa=True
+    )
+    return out[:, :, 0, :]
+
+
+def sdpa_sliced(length: int) -> Callable[..., torch.Tensor]:
+    """Stock SDPA on the cache sliced to `length` valid positions (uniform lengths), no mask."""
+
+    def call(q, k_cache, v_cache, seq_lens, scale):
+        k = k_cache[:, :, :length]
+        v = v_cache[:, :, :length]
+        out = F.scaled_dot_product_attention(q[:, :, None, :], k, v, scale=scale, enable_gqa=True)
+        return out[:, :, 0, :]
+
+    return call
+
+
+@dataclass
+class GqaDecodeAttention(Task):
+    name: str = "gqa_decode_attention"
+    entry_point: str = "attention"
+    interface: str = INTERFACE
+    description: str = DESCRIPTION
+    seed_candidate: Path = SEED
+    dtypes: Mapping[str, tuple[torch.dtype, ...]] = field(
+        default_factory=lambda: {
+            "cuda": (torch.bfloat16, torch.float16),
+            "cpu": (torch.float32, torch.float16),
+        }
+    )
+
+    def scenarios(self, device: str) -> list[Scenario]:
+        return _scenarios.public_scenarios(device)
+
+    def hidden_scenarios(self, device: str, seed: int) -> list[Scenario]:
+        return _scenarios.hidden_scenarios(device, seed)
+
+    def make_inputs(self, scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
+        return _inputs.make_inputs(scenario, seed, dtype)
+
+    def perturb(self, inputs: Inputs, seed: int) -> None:
+        _inputs.perturb(inputs, seed)
+
+    def junk_kind(self, scenario: Scenario, seed: int) -> str:
+        """ "nan" or "finite": what the K cache holds past seq_lens in this input set."""
+        return _inputs.junk_kind(scenario, seed)
+
+    def output_spec(self, inputs: Inputs) -> OutputSpec:
+        return OutputSpec(shape=tuple(inputs["q"].shape), dtype=inputs["q"].dtype)
+
+    def reference(self, inputs: Inputs) -> torch.Tensor:
+        return reference(inputs)
+
+    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+        return TOLERANCES[dtype]
+
+    def baselines(self, scenario: Scenario) -> dict[str, Callable[..., torch.Tensor]]:
+        lens = tuple(scenario.params["seq_lens"])
+        found: dict[str, Callable[..., torch.Tensor]] = {"sdpa_masked": sdpa_masked}
+        if len(set(lens)) == 1:
+            found["sdpa_sliced"] = sdpa_sliced(lens[0])
+        return found
+
+    def bytes_moved(self, scenario: Scenario, dtype: torch.dtype) -> int:
+        p = scenario.params
+        e = torch.empty((), dtype=dtype).element_size()
+        q_and_out = 2 * p["B"] * p["Hq"] * p["D"] * e
+        return q_and_out + self.rotating_bytes(scenario, dtype) + 4 * p["B"]
+
+    def flops(self, scenario: Scenario) -> int:
+        p = scenario.params
+        # per query head and valid position: q.k (2D) and p*v (2D)
+        return 4 * p["Hq"] * p["D"] * sum(p["seq_lens"])
+
+    def rotating_bytes(self, scenario: Scenario, dtype: torch.dtype) -> int:
+        p = scenario.params
+        e = torch.empty((), dtype=dtype).element_size()
+        return 2 * sum(p["seq_lens"]) * p["Hkv"] * p["D"] * e
+
+
+def task() -> GqaDecodeAttention:
+    return GqaDecodeAttention()
