@@ -11,10 +11,12 @@ key or tensor) for anything the loader could trip on later:
   * names against `hf_shapes(cfg)`: missing tensors, unexpected tensors, shapes, dtypes
     (BF16, F16 and F32 are loadable; each tensor is converted on its own).
 
-Tolerated extras, never loaded: `*.rotary_emb.inv_freq` buffers (derived from the config), and
-`lm_head.weight` in a checkpoint whose config ties the embeddings, as some exports write. Such
-an lm_head must have the embedding's shape; it is ignored and `embed_tokens` serves as the head,
-which is what transformers does with such a checkpoint.
+Tolerated extras, never loaded: `*.rotary_emb.inv_freq` buffers (derived from the config).
+
+A config that ties the embeddings may still come with an `lm_head.weight` (some exports write
+one). It must have the embedding's shape and a loadable dtype; it is kept as `stored_head`, and
+`head_is_tied()` decides, as transformers 5 does: equal values -> tied (`embed_tokens` serves
+as the head); different values -> a separate head, loaded like an untied checkpoint's.
 """
 
 from __future__ import annotations
@@ -25,9 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import torch
+
 from evokernel.errors import CheckpointError
 from evokernel.model.config import Qwen3Config
-from evokernel.model.safetensors_io import TORCH_DTYPES, Header, TensorEntry, read_header
+from evokernel.model.safetensors_io import (
+    TORCH_DTYPES,
+    Header,
+    TensorEntry,
+    TensorMap,
+    read_header,
+)
 from evokernel.model.weights import hf_shapes
 
 SINGLE_FILE = "model.safetensors"
@@ -43,6 +53,15 @@ class Checkpoint:
     headers: tuple[Header, ...]  # one per file, in the order first named
     tensors: dict[str, tuple[Header, TensorEntry]]  # every needed HF tensor -> where it is
     ignored: tuple[str, ...]  # present, tolerated, not loaded
+    stored_head: tuple[Header, TensorEntry] | None = None  # lm_head.weight of a tied config
+
+    def head_is_tied(self) -> bool:
+        """Whether `embed_tokens` serves as the lm_head (reads data only for a stored head)."""
+        if not self.cfg.tie_word_embeddings:
+            return False
+        if self.stored_head is None:
+            return True
+        return _same_values(self.tensors["model.embed_tokens.weight"], self.stored_head)
 
     @property
     def shards(self) -> int:
@@ -92,6 +111,7 @@ class Checkpoint:
             "rope_theta": c.rope_theta,
             "max_position_embeddings": c.max_position_embeddings,
             "tie_word_embeddings": c.tie_word_embeddings,
+            "lm_head": _head_kind(self),
             "config_dtype": c.dtype,
             "disk_dtypes": self.disk_dtypes(),
             "bos_token_id": c.bos_token_id,
@@ -124,7 +144,8 @@ def inspect_checkpoint(model_dir: str | Path, cfg: Qwen3Config | None = None) ->
     else:
         raise CheckpointError(f"{root}: no {SINGLE_FILE} or {INDEX_FILE}")
     tensors, ignored = _match(root, cfg, index, located)
-    return Checkpoint(root, cfg, index, headers, tensors, ignored)
+    head = located.get("lm_head.weight") if cfg.tie_word_embeddings else None
+    return Checkpoint(root, cfg, index, headers, tensors, ignored, head)
 
 
 def _read_sharded(
@@ -195,8 +216,9 @@ def _match(
         if missing[0] == "lm_head.weight":
             hint = " (config.json has tie_word_embeddings=false)"
         raise CheckpointError(f"{where}: missing tensor {missing[0]!r}{_more(missing)}{hint}")
-    ignored = sorted(n for n in located if n not in expected and _tolerated(n, cfg))
-    unexpected = [n for n in located if n not in expected and n not in ignored]
+    ignored = sorted(n for n in located if n.endswith(IGNORED_SUFFIXES))
+    head = ["lm_head.weight"] if cfg.tie_word_embeddings and "lm_head.weight" in located else []
+    unexpected = [n for n in located if n not in expected and n not in ignored and n not in head]
     if unexpected:
         header, _ = located[unexpected[0]]
         raise CheckpointError(
@@ -205,17 +227,16 @@ def _match(
             + (", tied embeddings" if cfg.tie_word_embeddings else "")
         )
     shapes = dict(expected)
-    if "lm_head.weight" in ignored:
+    if head:
         shapes["lm_head.weight"] = expected["model.embed_tokens.weight"]
-    for name in [*expected, *ignored]:
+    for name, want in shapes.items():
         header, entry = located[name]
-        want = shapes.get(name)
-        if want is not None and entry.shape != want:
+        if entry.shape != want:
             raise CheckpointError(
                 f"{header.path}: tensor {name!r} has shape {list(entry.shape)}, "
                 f"config.json implies {list(want)}"
             )
-        if name in expected and entry.dtype not in TORCH_DTYPES:
+        if entry.dtype not in TORCH_DTYPES:
             raise CheckpointError(
                 f"{header.path}: tensor {name!r} has dtype {entry.dtype}; "
                 f"supported: {', '.join(TORCH_DTYPES)}"
@@ -223,10 +244,40 @@ def _match(
     return {n: located[n] for n in expected}, tuple(ignored)
 
 
-def _tolerated(name: str, cfg: Qwen3Config) -> bool:
-    if name == "lm_head.weight":
-        return cfg.tie_word_embeddings
-    return name.endswith(IGNORED_SUFFIXES)
+def _same_values(a: tuple[Header, TensorEntry], b: tuple[Header, TensorEntry]) -> bool:
+    """Whether two stored tensors of one shape hold equal values (compared as float32)."""
+    ma, mb = TensorMap(a[0]), TensorMap(b[0])
+    try:
+        return _equal_rows(ma, a[1], mb, b[1])
+    finally:
+        ma.close()
+        mb.close()
+
+
+def _equal_rows(ma: TensorMap, ea: TensorEntry, mb: TensorMap, eb: TensorEntry) -> bool:
+    # 64 MB of rows at a time, pages dropped as we go: RAM stays bounded for any vocabulary.
+    va, vb = ma.view(ea.name), mb.view(eb.name)
+    rows = ea.shape[0]
+    step = max(1, (64 << 20) // max(1, ea.nbytes // max(rows, 1)))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        x, y = va[r0:r1], vb[r0:r1]
+        same = torch.equal(x, y) if x.dtype == y.dtype else torch.equal(x.float(), y.float())
+        ma.release(ea.name, (r0, r1))
+        mb.release(eb.name, (r0, r1))
+        if not same:
+            return False
+    return True
+
+
+def _head_kind(ckpt: Checkpoint) -> str:
+    if not ckpt.cfg.tie_word_embeddings:
+        return "untied"
+    if ckpt.stored_head is None:
+        return "tied"
+    if ckpt.head_is_tied():
+        return "tied (the stored lm_head.weight equals the embedding)"
+    return "separate (config ties it, but the stored lm_head.weight differs; used as is)"
 
 
 def _more(names: Iterable[str]) -> str:

@@ -10,7 +10,9 @@ the destination (q/k/v rows into `qkv_proj`, gate/up rows into `gate_up_proj`), 
 `dtype` on the way, and its mapped pages are dropped once copied: host RAM holds at most one
 tensor of the file beyond what the destination itself takes (nothing, on a GPU).
 
-Tied embeddings: `weights.lm_head is weights.embed_tokens`.
+Tied embeddings: `weights.lm_head is weights.embed_tokens`. A tied config whose checkpoint
+also stores a *different* `lm_head.weight` gets it as a separate head, as transformers 5 does
+(see `checkpoint.py`); `lm_head is embed_tokens` then does not hold.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from evokernel.errors import ConfigError
 from evokernel.model.checkpoint import Checkpoint, inspect_checkpoint
 from evokernel.model.config import Qwen3Config
-from evokernel.model.safetensors_io import TensorMap
+from evokernel.model.safetensors_io import Header, TensorEntry, TensorMap
 from evokernel.model.weights import HF_TENSOR_MAP, LayerWeights, Qwen3Weights
 
 LOAD_DTYPES: dict[str, torch.dtype] = {
@@ -51,8 +53,13 @@ def load_weights(
     """Check the checkpoint in `model_dir` against `cfg`, then copy it to `device` as `dtype`."""
     dt = resolve_dtype(dtype)
     ckpt = inspect_checkpoint(model_dir, cfg)
-    weights = _allocate(cfg, torch.device(device), dt)
-    _copy_all(ckpt, _destinations(cfg, weights))
+    tied = ckpt.head_is_tied()
+    weights = _allocate(cfg, torch.device(device), dt, tied)
+    dest = _destinations(cfg, weights, tied)
+    sources = dict(ckpt.tensors)
+    if not tied and ckpt.stored_head is not None:
+        sources["lm_head.weight"] = ckpt.stored_head
+    _copy_all(ckpt, sources, dest)
     return weights
 
 
@@ -65,7 +72,9 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     raise ConfigError(f"unsupported weight dtype {dtype!r} (use {', '.join(LOAD_DTYPES)})")
 
 
-def _allocate(cfg: Qwen3Config, device: torch.device, dtype: torch.dtype) -> Qwen3Weights:
+def _allocate(
+    cfg: Qwen3Config, device: torch.device, dtype: torch.dtype, tied: bool
+) -> Qwen3Weights:
     H, inter, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
 
     def empty(*shape: int) -> torch.Tensor:
@@ -85,18 +94,18 @@ def _allocate(cfg: Qwen3Config, device: torch.device, dtype: torch.dtype) -> Qwe
         )
         for _ in range(cfg.num_hidden_layers)
     ]
-    lm_head = embed if cfg.tie_word_embeddings else empty(cfg.vocab_size, H)
+    lm_head = embed if tied else empty(cfg.vocab_size, H)
     return Qwen3Weights(embed_tokens=embed, layers=layers, final_norm=empty(H), lm_head=lm_head)
 
 
-def _destinations(cfg: Qwen3Config, w: Qwen3Weights) -> dict[str, torch.Tensor]:
+def _destinations(cfg: Qwen3Config, w: Qwen3Weights, tied: bool) -> dict[str, torch.Tensor]:
     """HF tensor name -> the slice of `w` it fills (a view, so copying into it fills `w`)."""
     q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
     rows = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
     rows |= {"gate": (0, inter), "up": (inter, 2 * inter)}
     out: dict[str, torch.Tensor] = {}
     for pattern, (field, part) in HF_TENSOR_MAP.items():
-        if pattern == "lm_head.weight" and cfg.tie_word_embeddings:
+        if pattern == "lm_head.weight" and tied:
             continue
         holders: list[tuple[str, object]]
         if "{i}" in pattern:
@@ -112,15 +121,18 @@ def _destinations(cfg: Qwen3Config, w: Qwen3Weights) -> dict[str, torch.Tensor]:
     return out
 
 
-def _copy_all(ckpt: Checkpoint, dest: dict[str, torch.Tensor]) -> None:
+def _copy_all(
+    ckpt: Checkpoint,
+    sources: dict[str, tuple[Header, TensorEntry]],
+    dest: dict[str, torch.Tensor],
+) -> None:
     for header in ckpt.headers:
-        names = [n for n, (h, _) in ckpt.tensors.items() if h is header]
-        names.sort(key=lambda n: ckpt.tensors[n][1].begin)  # read each file front to back
-        tmap = TensorMap(header)
+        entries = sorted((e for h, e in sources.values() if h is header), key=lambda e: e.begin)
+        tmap = TensorMap(header)  # each file is read front to back
         try:
-            for name in names:
-                _copy_one(tmap.view(name), dest[name])
-                tmap.release(name)
+            for e in entries:
+                _copy_one(tmap.view(e.name), dest[e.name])
+                tmap.release(e.name)
         finally:
             tmap.close()
 

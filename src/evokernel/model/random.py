@@ -48,7 +48,7 @@ from evokernel.errors import CheckpointError, ConfigError
 from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE
 from evokernel.model.config import CONFIG_LAYOUTS, GENERATION_CONFIG, Qwen3Config
 from evokernel.model.loader import resolve_dtype
-from evokernel.model.presets import PRESETS, special_token_ids
+from evokernel.model.presets import MIN_VOCAB, PRESETS, special_token_ids
 from evokernel.model.safetensors_io import TensorSpec, write_file
 from evokernel.model.tokenizer import write_byte_tokenizer
 from evokernel.model.weights import hf_shapes
@@ -140,8 +140,12 @@ def resolve_options(
     if layout not in CONFIG_LAYOUTS:
         raise ConfigError(f"unknown config layout {layout!r} (use {', '.join(CONFIG_LAYOUTS)})")
     fields["dtype"] = str(resolve_dtype(dtype)).removeprefix("torch.")
-    vocab = fields.get("vocab_size", 0)
-    eot, _, im_end = special_token_ids(vocab if isinstance(vocab, int) else 0)
+    vocab = fields["vocab_size"]
+    if not isinstance(vocab, int) or vocab < MIN_VOCAB:
+        raise ConfigError(
+            f"vocab_size must be at least {MIN_VOCAB} (256 bytes + 3 special tokens), got {vocab!r}"
+        )
+    eot, _, im_end = special_token_ids(vocab)
     fields.setdefault("bos_token_id", eot)
     fields.setdefault("eos_token_ids", (im_end,))
     try:

@@ -191,16 +191,22 @@ class TensorMap:
             flat = torch.frombuffer(self._mm, dtype=dtype, count=count, offset=start)
         return flat.view(e.shape)
 
-    def release(self, name: str) -> None:
-        """Drop the resident pages of a tensor that has been copied (they stay in page cache)."""
+    def release(self, name: str, rows: tuple[int, int] | None = None) -> None:
+        """Drop the resident pages of a tensor (or of its rows [r0, r1)) once copied.
+
+        The pages stay in the page cache; a later read maps them again.
+        """
         if not hasattr(mmap, "MADV_DONTNEED"):
             return
         e = self.header.tensors[name]
+        begin, end = self.header.data_start + e.begin, self.header.data_start + e.end
+        if rows is not None and e.shape:
+            row_bytes = e.nbytes // e.shape[0] if e.shape[0] else 0
+            begin, end = begin + rows[0] * row_bytes, begin + rows[1] * row_bytes
         page = mmap.PAGESIZE
-        start = (self.header.data_start + e.begin) // page * page
-        stop = self.header.data_start + e.end
-        if stop > start:
-            self._mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        start = begin // page * page
+        if end > start:
+            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def close(self) -> None:
         # BufferError: a caller still holds a view; the mapping goes with the last view.

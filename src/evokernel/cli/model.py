@@ -1,0 +1,175 @@
+"""`evokernel model`: write random checkpoints, and check and describe checkpoint directories.
+
+    evokernel model random OUT_DIR [--preset qwen3-0.6b|tiny|...] [--seed N] [--dtype D]
+        [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--hidden N]
+        [--intermediate N] [--vocab N] [--untied] [--shards N]
+        [--config-layout transformers5|legacy] [--no-tokenizer] [--json]
+    evokernel model info DIR [--json]
+
+`--json` ends stdout with one JSON line (the checkpoint summary of `model info`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+ORDER = 10
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from evokernel.model.presets import PRESETS
+
+    p = sub.add_parser(
+        "model",
+        help="write random checkpoints; check and describe checkpoints",
+        description="Write random-weight checkpoints and check checkpoint directories.",
+    )
+    verbs = p.add_subparsers(dest="model_verb", metavar="ACTION")
+    verbs.required = True
+
+    r = verbs.add_parser(
+        "random",
+        help="write a random-weight checkpoint in Hugging Face layout",
+        description=(
+            "Write config.json, generation_config.json, model.safetensors (or shards and "
+            "model.safetensors.index.json) and a byte-level tokenizer, with random weights "
+            "scaled so that logits are far from flat (see docs/model.md). Shape flags "
+            "override the preset's values."
+        ),
+    )
+    r.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (created if missing)")
+    r.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default="qwen3-0.6b",
+        help="model shapes (default: qwen3-0.6b; tiny is for CPU tests)",
+    )
+    r.add_argument("--seed", type=int, default=0, help="weights seed (default 0)")
+    r.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        default="bfloat16",
+        help="dtype of the weights on disk (default bfloat16)",
+    )
+    for flag, help_text in (
+        ("--layers", "number of decoder layers"),
+        ("--heads", "query heads"),
+        ("--kv-heads", "key/value heads (must divide --heads)"),
+        ("--head-dim", "per-head dimension (even)"),
+        ("--hidden", "hidden size"),
+        ("--intermediate", "MLP intermediate size"),
+        ("--vocab", "vocabulary size (at least 259: bytes + special tokens)"),
+    ):
+        r.add_argument(flag, type=int, metavar="N", help=help_text)
+    r.add_argument("--untied", action="store_true", help="write a separate lm_head.weight")
+    r.add_argument(
+        "--shards", type=int, default=1, metavar="N", help="split weights over N files + index"
+    )
+    r.add_argument(
+        "--config-layout",
+        choices=("transformers5", "legacy"),
+        default="transformers5",
+        help="config.json layout: rope_parameters/dtype (transformers 5), or "
+        "rope_theta/rope_scaling/torch_dtype (legacy, as on the hub)",
+    )
+    r.add_argument("--no-tokenizer", action="store_true", help="skip tokenizer.json")
+    r.add_argument("--json", action="store_true", help="end stdout with one JSON line")
+    r.set_defaults(func=run_random)
+
+    i = verbs.add_parser(
+        "info",
+        help="check a checkpoint directory and print its summary",
+        description=(
+            "Check config.json and every safetensors header, name, shape and dtype (no tensor "
+            "data is read, except to compare a tied checkpoint's stored lm_head) and print "
+            "the architecture, sizes, tied/untied head and files. Exit 0 only if it loads."
+        ),
+    )
+    i.add_argument("model_dir", metavar="DIR", help="checkpoint directory")
+    i.add_argument("--json", action="store_true", help="end stdout with one JSON line")
+    i.set_defaults(func=run_info)
+
+
+def run_random(args: argparse.Namespace) -> int:
+    from evokernel.model.checkpoint import inspect_checkpoint
+    from evokernel.model.random import write_random_checkpoint
+
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("layers", args.layers),
+            ("heads", args.heads),
+            ("kv_heads", args.kv_heads),
+            ("head_dim", args.head_dim),
+            ("hidden", args.hidden),
+            ("intermediate", args.intermediate),
+            ("vocab", args.vocab),
+        )
+        if value is not None
+    }
+    start = time.perf_counter()
+    out = write_random_checkpoint(
+        args.out_dir,
+        preset=args.preset,
+        seed=args.seed,
+        dtype=args.dtype,
+        untied=args.untied,
+        shards=args.shards,
+        layout=args.config_layout,
+        tokenizer=not args.no_tokenizer,
+        **overrides,
+    )
+    seconds = time.perf_counter() - start
+    summary = inspect_checkpoint(out).summary()
+    print(
+        f"wrote {out}: preset {args.preset}, seed {args.seed}, "
+        f"{summary['num_parameters'] / 1e6:.1f}M parameters, "
+        f"{_size(summary['file_bytes'])} in {len(summary['shards'])} file(s), "
+        f"{seconds:.1f} s"
+    )
+    if args.json:
+        print(json.dumps(summary | {"preset": args.preset, "seed": args.seed}))
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from evokernel.model.checkpoint import inspect_checkpoint
+
+    s = inspect_checkpoint(args.model_dir).summary()
+    dtypes = ", ".join(f"{k}: {v} tensors" for k, v in s["disk_dtypes"].items())
+    eos = ", ".join(map(str, s["eos_token_ids"])) or "none"
+    files = ", ".join(s["shards"]) + (f" (index {s['index']})" if s["index"] else "")
+    print(f"checkpoint  {s['model_dir']}")
+    print(
+        f"model       qwen3: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
+        f"intermediate {s['intermediate_size']}, vocab {s['vocab_size']}"
+    )
+    print(
+        f"attention   {s['num_attention_heads']} q heads, {s['num_key_value_heads']} kv heads "
+        f"(GQA {s['gqa_ratio']}:1), head_dim {s['head_dim']}, rope theta {s['rope_theta']:g}, "
+        f"rms eps {s['rms_norm_eps']:g}, max positions {s['max_position_embeddings']}"
+    )
+    print(
+        f"weights     {s['num_parameters'] / 1e6:.1f}M parameters, "
+        f"{_size(s['weight_bytes'])} ({dtypes}); lm_head {s['lm_head']}"
+    )
+    print(f"files       {len(s['shards'])}: {files}, {s['file_bytes']} bytes in all")
+    if s["ignored_tensors"]:
+        print(f"ignored     {len(s['ignored_tensors'])} tensors: {s['ignored_tensors'][0]}, ...")
+    print(
+        f"tokens      bos {s['bos_token_id']}, eos {eos}; "
+        f"tokenizer.json {'present' if s['tokenizer'] else 'absent'}"
+    )
+    if args.json:
+        print(json.dumps(s))
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3f} {unit}"
+    return f"{n} B"
