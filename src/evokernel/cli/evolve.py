@@ -1,0 +1,82 @@
+"""`evokernel evolve`: run, or resume, an evolutionary search in a run directory.
+
+    evokernel evolve --task TASK [--config FILE.yaml] [--iterations N] [--out RUN_DIR]
+                     [--resume] [--device cuda|cpu] [--seed N] [--json]
+    evokernel evolve --program P.py --evaluator E.py [same options]
+
+Live progress while it runs; at the end a per-scenario summary table (the dispatch table),
+and RUN_DIR/best.py, dispatch.json and summary.json. `--json` ends stdout with one JSON line
+(the summary). Exit 0 when the run stopped normally, 130 when interrupted (resume it with
+`--resume --out RUN_DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+ORDER = 70
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evolve",
+        help="evolutionary search for a faster kernel (or any EVOLVE-BLOCK program)",
+        description="Evolve a kernel task's seed (--task) or a generic program scored by your "
+        "evaluator (--program, --evaluator). Checkpoints every program in RUN_DIR.",
+    )
+    p.add_argument("--task", help="kernel task name (see `evokernel tasks`)")
+    p.add_argument("--program", type=Path, help="generic task: program with an EVOLVE-BLOCK")
+    p.add_argument(
+        "--evaluator", type=Path, help="generic task: file defining evaluate(path) -> dict"
+    )
+    p.add_argument("--config", type=Path, help="YAML overriding evolve/default_config.yaml")
+    p.add_argument("--iterations", type=int, help="iterations of the run (budget.iterations)")
+    p.add_argument("--out", type=Path, help="run directory (default runs/<task>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when present")
+    p.add_argument("--seed", type=int, help="seed of the search's random choices")
+    p.add_argument("--json", action="store_true", help="end stdout with the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    from evokernel.errors import ConfigError
+    from evokernel.evolve.session import Request, open_session
+
+    if args.iterations is not None and args.iterations < 0:
+        raise ConfigError("--iterations must be >= 0")
+    signal.signal(signal.SIGTERM, _terminate)
+    req = Request(
+        task=args.task,
+        program=args.program,
+        evaluator=args.evaluator,
+        config=args.config,
+        iterations=args.iterations,
+        out=args.out,
+        resume=args.resume,
+        device=args.device,
+        seed=args.seed,
+    )
+    session = open_session(req)
+    try:
+        outcome = session.execute()
+    finally:
+        session.close()
+    print(outcome.text())
+    if outcome.stop_reason == "interrupted":
+        print(
+            f"interrupted: resume with evokernel evolve --resume --out {session.run.path}",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps({**outcome.summary.to_dict(), "run_dir": str(session.run.path)}))
+    return 130 if outcome.stop_reason == "interrupted" else 0

@@ -1,0 +1,410 @@
+"""The search loop: propose, check, evaluate, store, in iteration order, resumable.
+
+Iteration k works on island k mod n (round robin). Its proposal sees the rows visible at k:
+those with `visible_at <= k`, where an iteration's row becomes visible `lag` iterations later
+(`lag` = the number of iterations in flight at once, `in_flight`). Iteration k is launched
+only when every iteration <= k - lag is committed, and proposals are accepted (deduplicated,
+sent to evaluation) strictly in iteration order. So what iteration k proposes depends only on
+the seed, k and the committed rows, never on which evaluation finished first: with the same
+seed, config and a deterministic mutator, two runs hold the same programs in the same order,
+and a resumed run redoes a lost iteration exactly.
+
+Random draws come from `random.Random(f"{seed}:{k}:{purpose}")`; nothing random is carried
+from one iteration to the next, so there is no RNG state to checkpoint. The checkpoint is the
+database commit made after every evaluated program (rows + run state in one transaction).
+
+Before iteration k = m * islands * migration_interval (m >= 1) the loop drains the iterations
+in flight and migrates each island's elites to the next island on the ring.
+
+A proposal that repeats code already evaluated reuses that evaluation (waiting for it if it is
+still running): the same program is never evaluated twice. Budgets (iterations, wall time,
+tokens, cost) stop the launching of new iterations; iterations in flight finish and are stored.
+An interrupt stops at once: iterations in flight are lost, and `--resume` redoes them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, replace
+
+from evokernel.errors import EvokernelError
+from evokernel.evaluate.result import EvalResult
+from evokernel.evolve import blocks
+from evokernel.evolve.config import SearchConfig
+from evokernel.evolve.database import Database, Program
+from evokernel.evolve.insights import insight_line, last_failure, recent_insights
+from evokernel.evolve.islands import Population
+from evokernel.evolve.map_elites import FeatureSpace
+from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, Proposal, code_digest
+from evokernel.evolve.mutators.registry import MutatorSet
+from evokernel.evolve.problem import Problem
+from evokernel.evolve.rundir import RunDir, atomic_write
+from evokernel.evolve.workers import Workers
+
+SEED_ID = "seed"
+FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
+# "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
+# LLM accounting (which also counts failed requests) refused or reached a limit.
+
+
+@dataclass
+class Slot:
+    """One iteration in flight."""
+
+    k: int
+    island: int
+    parent: Program
+    mutator: str
+    proposal_future: Future[Proposal]
+    state: str = "proposing"  # proposing | evaluating | waiting
+    proposal: Proposal | None = None
+    digest: str = ""
+    eval_future: Future[tuple[EvalResult, float]] | None = None
+    wait_on: int = -1  # the iteration whose evaluation this one reuses
+    duplicate: bool = False
+    created_at: float = 0.0
+
+
+class Controller:
+    def __init__(
+        self,
+        db: Database,
+        run: RunDir,
+        problem: Problem,
+        cfg: SearchConfig,
+        mutators: MutatorSet,
+        space: FeatureSpace,
+        *,
+        lag: int,
+        workers: int,
+        on_commit: Callable[[int], None] | None = None,
+    ):
+        self.db, self.run_dir, self.problem, self.cfg, self.space = db, run, problem, cfg, space
+        self.mutators = mutators
+        self.lag = max(1, lag)
+        self.n = cfg.islands.count
+        self.on_commit = on_commit or (lambda in_flight: None)
+        self.eval_pool = Workers(workers, "evaluate")
+        self.propose_pool = Workers(max(1, min(self.lag, cfg.llm.max_concurrency)), "propose")
+        self.flight: dict[int, Slot] = {}
+        self.stop: str | None = None
+        self.tokens = sum(p.tokens for p in db.programs)
+        self.cost = sum(p.cost_usd for p in db.programs)
+        self.hardware: dict = {}
+        self.budget_message = ""
+
+    # --- the seed ----------------------------------------------------------------------------
+    def ensure_seed(self) -> None:
+        """Evaluate the seed once and place a copy on every island."""
+        if SEED_ID not in self.db:
+            code = self.problem.seed_code
+            result, wall = self._evaluate(code, slot=0)
+            seed = self._evaluated_row(
+                Program(
+                    id=SEED_ID,
+                    iteration=-1,
+                    island=0,
+                    generation=0,
+                    parent_ids=(),
+                    kind="seed",
+                    description="the task's seed program",
+                    status="",
+                    code=code,
+                    code_hash=code_digest(code),
+                    visible_at=0,
+                ),
+                result,
+                wall,
+            )
+            copies = [
+                replace(seed, id=f"{SEED_ID}@{i}", island=i, reused_from=SEED_ID, insight="")
+                for i in range(1, self.n)
+            ]
+            rows = [(seed, result.to_json()), *((c, None) for c in copies)]
+            self._write_sources([seed])
+            self.db.commit(rows)
+        seed = self.db.get(SEED_ID)
+        if not seed.correct:
+            raise EvokernelError(
+                f"the seed program is not correct, nothing to evolve from: "
+                f"{'; '.join(seed.reasons) or 'no reason given'}"
+            )
+        self.hardware = self.problem.hardware(self.db.result(SEED_ID))
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self, target: int, wall_time_s: float = 0.0) -> str:
+        """Run iterations [0, target) not yet stored; returns why it stopped."""
+        start = time.monotonic()
+        done = {p.iteration for p in self.db.programs if p.iteration >= 0 and not p.migrant}
+        pending = [k for k in range(target) if k not in done]
+        self.stop = None
+        try:
+            i = 0
+            while True:
+                self.stop = self.stop or self._budget_stop(start, wall_time_s)
+                while self.stop is None and i < len(pending) and self._may_launch(pending[i]):
+                    self._launch(pending[i])
+                    i += 1
+                if not self.flight:
+                    break
+                self._accept_ready()
+                self._collect()
+                futures = [f for s in self.flight.values() for f in self._futures(s)]
+                if futures:
+                    wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
+                self._accept_ready()
+                self._collect()
+            if self.stop is None:
+                self.stop = "iterations"
+        except KeyboardInterrupt:
+            self.stop = "interrupted"
+        return self.stop
+
+    def _futures(self, s: Slot) -> list[Future]:
+        if s.state == "proposing":
+            return [s.proposal_future]
+        return [s.eval_future] if s.eval_future is not None else []
+
+    def _budget_stop(self, start: float, wall_time_s: float) -> str | None:
+        budget = self.cfg.budget
+        if wall_time_s and time.monotonic() - start >= wall_time_s:
+            return "wall-time"
+        if budget.tokens and self.tokens >= budget.tokens:
+            return "tokens"
+        if budget.cost_usd and self.cost >= budget.cost_usd:
+            return "cost"
+        spent = self.mutators.accounting.exhausted()
+        if spent:
+            self.budget_message = spent
+            return "budget"
+        return None
+
+    def _is_boundary(self, k: int) -> bool:
+        period = self.n * self.cfg.islands.migration_interval
+        return self.n > 1 and k > 0 and k % period == 0
+
+    def _may_launch(self, k: int) -> bool:
+        if len(self.flight) >= self.lag:
+            return False
+        if self._is_boundary(k) and k not in self.db.meta("migrations", []):
+            if self.flight:
+                return False  # drain first: migration sees every iteration before k
+            self._migrate(k)
+        return all(j > k - self.lag for j in self.flight)
+
+    def _rng(self, k: int, purpose: str) -> random.Random:
+        return random.Random(f"{self.cfg.seed}:{k}:{purpose}")
+
+    def _launch(self, k: int) -> None:
+        visible = [p for p in self.db.programs if p.visible_at <= k]
+        pop = Population(visible, self.n)
+        island = k % self.n
+        rng = self._rng(k, "select")
+        parent = pop.select_parent(island, rng, self.cfg.selection).parent
+        inspirations = pop.inspirations(parent, rng, self.cfg.selection.inspirations)
+        mutator = self.mutators.choose(rng)
+        ctx = MutationContext(
+            task_name=self.problem.name,
+            task_interface=self.problem.interface,
+            task_description=self.problem.description,
+            device=self.problem.device,
+            hardware=dict(self.hardware),
+            parent=parent.view(self.db.result(parent.id)),
+            inspirations=[p.view(self.db.result(p.id)) for p in inspirations],
+            insights=recent_insights(visible, self.cfg.mutators.prompt.max_insights),
+            rng=self._rng(k, "mutate"),
+            iteration=k,
+            last_failure=last_failure(visible, parent.id),
+            seen=frozenset(p.code_hash for p in visible if p.code),
+        )
+        future = self.propose_pool.submit(lambda c, slot: mutator.propose(c), ctx)
+        self.flight[k] = Slot(k, island, parent, mutator.name, future, created_at=time.time())
+
+    # --- accepting proposals, in iteration order -------------------------------------------
+    def _accept_ready(self) -> None:
+        for k in sorted(self.flight):
+            slot = self.flight[k]
+            if slot.state != "proposing":
+                continue
+            if not slot.proposal_future.done():
+                return
+            self._accept(slot)
+
+    def _accept(self, slot: Slot) -> None:
+        try:
+            prop = slot.proposal_future.result()
+        except BudgetExceeded as err:
+            del self.flight[slot.k]  # nothing was spent; the iteration stays to do
+            self.stop = self.stop or "budget"
+            self.budget_message = str(err)
+            return
+        except Exception as err:
+            msg = f"mutator {slot.mutator} raised {type(err).__name__}: {err}"
+            prop = Proposal(code=None, kind=slot.mutator, error=" ".join(msg.split()))
+        slot.proposal = prop
+        if prop.code is None:
+            return self._commit(slot, self._rejected(slot, prop.error or "no program proposed"))
+        reason = blocks.check_edit(slot.parent.code, prop.code)
+        if reason is not None:
+            return self._commit(slot, self._rejected(slot, reason, prop.code))
+        slot.digest = code_digest(prop.code)
+        slot.duplicate = self._island_holds(slot.island, slot.digest, slot.k)
+        source = self._source(slot.digest, slot.k)
+        if isinstance(source, Program):
+            self._commit(slot, self._reused_row(slot, source))
+        elif source is not None:
+            slot.state, slot.wait_on = "waiting", source
+        else:
+            slot.state = "evaluating"
+            slot.eval_future = self.eval_pool.submit(self._evaluate, prop.code)
+
+    def _source(self, digest: str, k: int) -> Program | int | None:
+        """The evaluated row (or the iteration in flight) holding this code before k."""
+        for p in self.db.programs:
+            if p.code_hash == digest and p.evaluated_here and p.iteration < k:
+                return p
+        for j, s in sorted(self.flight.items()):
+            if j < k and s.state == "evaluating" and s.digest == digest:
+                return j
+        return None
+
+    def _island_holds(self, island: int, digest: str, k: int) -> bool:
+        for p in self.db.programs:
+            mine = p.island == island and p.member and p.code_hash == digest
+            if mine and (p.iteration < k or (p.migrant and p.iteration <= k)):
+                return True
+        return any(
+            j < k and s.island == island and s.digest == digest and not s.duplicate
+            for j, s in self.flight.items()
+            if s.state in ("evaluating", "waiting")
+        )
+
+    # --- evaluations -------------------------------------------------------------------------
+    def _evaluate(self, code: str, slot: int) -> tuple[EvalResult, float]:
+        t0 = time.monotonic()
+        result = self.problem.evaluate(code, slot=slot)
+        return result, time.monotonic() - t0
+
+    def _collect(self) -> None:
+        for k in sorted(self.flight):
+            slot = self.flight.get(k)
+            if slot is None or slot.state != "evaluating" or slot.eval_future is None:
+                continue
+            if not slot.eval_future.done():
+                continue
+            result, wall = slot.eval_future.result()
+            row = self._evaluated_row(self._base_row(slot), result, wall)
+            self._commit(slot, row, result.to_json())
+            for _, other in sorted(self.flight.items()):
+                if other.state == "waiting" and other.wait_on == k:
+                    self._commit(other, self._reused_row(other, row))
+
+    # --- rows --------------------------------------------------------------------------------
+    def _base_row(self, slot: Slot, code: str | None = None) -> Program:
+        prop = slot.proposal
+        assert prop is not None
+        parents = tuple(prop.parent_ids) or (slot.parent.id,)
+        gen = max((self.db.get(p).generation for p in parents if p in self.db), default=0) + 1
+        code = prop.code if code is None else code
+        return Program(
+            id=f"p{slot.k:04d}",
+            iteration=slot.k,
+            island=slot.island,
+            generation=gen,
+            parent_ids=parents,
+            kind=prop.kind or slot.mutator,
+            description=" ".join(prop.description.split()),
+            status="",
+            code=code or "",
+            code_hash=code_digest(code) if code else "",
+            visible_at=slot.k + self.lag,
+            prompt_digest=prop.prompt_digest,
+            response_digest=prop.response_digest,
+            usage=tuple(prop.usage),
+            tokens=sum(u.prompt_tokens + u.completion_tokens for u in prop.usage),
+            cost_usd=sum(u.cost_usd for u in prop.usage),
+            created_at=slot.created_at,
+        )
+
+    def _evaluated_row(self, row: Program, result: EvalResult, wall: float) -> Program:
+        fitness = self.problem.fitness(result)
+        regimes = self.problem.regime_speedups(result)
+        features = self.space.values(regimes, row.code)
+        row.status = "ok" if result.correct else "failed"
+        row.fitness = fitness
+        row.regimes = regimes
+        row.features = features
+        row.cell = self.space.cell(features) if fitness is not None else ()
+        row.reasons = tuple(result.reasons)
+        row.eval_wall_s = wall
+        return self._with_insight(row)
+
+    def _reused_row(self, slot: Slot, source: Program) -> Program:
+        row = self._base_row(slot)
+        row.status = "duplicate" if slot.duplicate else source.status
+        row.reused_from = source.reused_from or source.id
+        row.fitness, row.regimes, row.features = source.fitness, source.regimes, source.features
+        row.cell, row.reasons = source.cell, source.reasons
+        return self._with_insight(row)
+
+    def _rejected(self, slot: Slot, reason: str, code: str = "") -> Program:
+        row = self._base_row(slot, code=code)
+        row.status = "rejected"
+        row.reasons = (" ".join(reason.split()),)
+        return self._with_insight(row)
+
+    def _with_insight(self, row: Program) -> Program:
+        parent = self.db.get(row.parent_ids[0]) if row.parent_ids else None
+        row.insight = insight_line(row, parent, self.problem.timed, self.problem.fitness_label)
+        return row
+
+    def _commit(self, slot: Slot, row: Program, result_json: str | None = None) -> None:
+        self._write_sources([row], slot.proposal)
+        accounting = self.mutators.accounting.to_dict()
+        self.db.commit([(row, result_json)], {"accounting": accounting})
+        self.tokens += row.tokens
+        self.cost += row.cost_usd
+        del self.flight[slot.k]
+        self.on_commit(len(self.flight))
+
+    def _write_sources(self, rows: list[Program], prop: Proposal | None = None) -> None:
+        for row in rows:
+            if self.cfg.checkpoint.write_sources and row.code:
+                atomic_write(self.run_dir.program_file(row.id), row.code)
+            if prop is not None and prop.prompt:
+                atomic_write(self.run_dir.llm_file(row.id, "prompt"), prop.prompt)
+            if prop is not None and prop.response:
+                atomic_write(self.run_dir.llm_file(row.id, "response"), prop.response)
+
+    # --- migration ---------------------------------------------------------------------------
+    def _migrate(self, k: int) -> None:
+        pop = Population([p for p in self.db.programs if p.iteration < k], self.n)
+        rows = []
+        for p, target in pop.migration(self.cfg.islands.migration_count):
+            source = p.reused_from or p.id
+            rows.append(
+                replace(
+                    p,
+                    id=f"{source}@{target}",
+                    iteration=k,
+                    island=target,
+                    parent_ids=(p.id,),
+                    kind="migrant",
+                    description=f"migrant from island {p.island}",
+                    reused_from=source,
+                    migrant=True,
+                    visible_at=k,
+                    insight="",
+                    usage=(),
+                    tokens=0,
+                    cost_usd=0.0,
+                    prompt_digest="",
+                    response_digest="",
+                    created_at=0.0,
+                )
+            )
+        migrations = [*self.db.meta("migrations", []), k]
+        self.db.commit([(r, None) for r in rows], {"migrations": migrations})

@@ -1,0 +1,101 @@
+"""MAP-Elites features: where a program sits in its island's grid.
+
+A feature is either
+  * `regime:<name>`: the program's speedup in that regime of the task's public scenarios
+    (interval lower bounds combined by `grid.regime_stat`), binned by `grid.bins`
+    (bin i holds values in [bins[i-1], bins[i]); bin 0 is below bins[0], and an unmeasured
+    regime lands there too), or
+  * `knob:<NAME>`: the value of a knob the seed declares (`# tune:`), one bin per declared
+    choice plus one "other" bin for a value outside them or a knob the program dropped.
+
+`grid.features: auto` means the task's regimes when speedups are measured (cuda) and the
+seed's first two declared knobs otherwise (cpu interpreter, generic tasks), so the grid always
+separates something real. The grid itself is not stored: a cell's elite is the best program
+ever placed in it (see `islands.py`), so an elite can only be displaced by a better program.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+from evokernel.errors import ConfigError
+from evokernel.evolve import blocks
+from evokernel.evolve.config import GridConfig
+
+
+@dataclass(frozen=True)
+class Feature:
+    kind: str  # "regime" | "knob"
+    name: str
+    choices: tuple[Any, ...] = ()  # knob features: the declared values
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True)
+class FeatureSpace:
+    features: tuple[Feature, ...]
+    bins: tuple[float, ...]
+
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(
+            len(self.bins) + 1 if f.kind == "regime" else len(f.choices) + 1 for f in self.features
+        )
+
+    def values(self, regimes: dict[str, float], code: str) -> dict[str, Any]:
+        """Raw feature values of a program (None where unmeasured or undeclared)."""
+        knobs = _safe_knobs(code) if any(f.kind == "knob" for f in self.features) else {}
+        out: dict[str, Any] = {}
+        for f in self.features:
+            out[f.key] = regimes.get(f.name) if f.kind == "regime" else knobs.get(f.name)
+        return out
+
+    def cell(self, values: dict[str, Any]) -> tuple[int, ...]:
+        cell = []
+        for f in self.features:
+            v = values.get(f.key)
+            if f.kind == "regime":
+                cell.append(0 if v is None else bisect.bisect_right(self.bins, float(v)))
+            else:
+                cell.append(f.choices.index(v) if v in f.choices else len(f.choices))
+        return tuple(cell)
+
+
+def _safe_knobs(code: str) -> dict[str, Any]:
+    try:
+        return blocks.knob_values(code)
+    except blocks.BlockError:
+        return {}
+
+
+def resolve_features(
+    grid: GridConfig, regimes: list[str], seed_code: str, timed: bool
+) -> FeatureSpace:
+    """The run's feature space. `regimes`: the task's public regimes in order (empty for a
+    generic task); `timed`: whether speedups are measured (False on the CPU interpreter)."""
+    declared = {k.name: k for k in blocks.parse_knobs(seed_code)} if seed_code else {}
+    if grid.features == "auto":
+        if timed and regimes:
+            specs = [f"regime:{r}" for r in regimes]
+        else:
+            specs = [f"knob:{name}" for name in list(declared)[:2]]
+    else:
+        specs = list(grid.features)
+    features = []
+    for spec in specs:
+        kind, _, name = spec.partition(":")
+        if kind == "regime":
+            if name not in regimes:
+                known = ", ".join(regimes) or "none (generic task)"
+                raise ConfigError(f"grid.features: no regime {name!r} in this task ({known})")
+            features.append(Feature("regime", name))
+        else:
+            if name not in declared:
+                known = ", ".join(declared) or "none"
+                raise ConfigError(f"grid.features: the seed declares no knob {name!r} ({known})")
+            features.append(Feature("knob", name, declared[name].choices))
+    return FeatureSpace(tuple(features), tuple(grid.bins))
