@@ -11,11 +11,24 @@ Everything outside the region is fixed: an edit that changes it is rejected with
 goes into the next prompt. A knob is a module-level assignment inside the region whose trailing
 `# tune:` comment lists the legal values as comma-separated Python literals; the offline mutator
 and the exhaustive search move knobs only among those values.
+
+Contracts:
+  * A marker is a line that equals `# EVOLVE-BLOCK-START` / `# EVOLVE-BLOCK-END` once leading
+    and trailing whitespace is stripped (indented markers and CRLF line ends are fine).
+  * `check_edit` ignores line-end style, trailing whitespace and trailing blank lines at the end
+    of the file; any other difference outside the region is an edit outside the block.
+  * `replace_block` keeps the source's line-end style and indents a flush-left body to an
+    indented marker's depth; `replace_block(src, find_block(src).body(src))` is `src` (with a
+    final line end).
+  * A `# tune:` comment inside the region that is not a well-formed module-level knob raises
+    `BlockError` naming the line, so a seed with a typo fails loudly.
+  * Knob choices are ordered: the declared order defines "neighbouring" values.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -24,20 +37,26 @@ START = "# EVOLVE-BLOCK-START"
 END = "# EVOLVE-BLOCK-END"
 
 _KNOB = re.compile(
-    r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>[^#]+?)\s*#\s*tune:\s*(?P<choices>.+?)\s*$"
+    r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*[^=#]+?)?\s*=\s*(?P<value>[^#]+?)"
+    r"\s*#\s*tune:\s*(?P<choices>.+?)\s*$"
 )
+_TUNE_COMMENT = re.compile(r"#\s*tune:")
+_NEAR_MARKER = re.compile(r"EVOLVE[-_ ]?BLOCK", re.IGNORECASE)
 
 
 class BlockError(ValueError):
-    """The source's EVOLVE-BLOCK markers are missing, repeated or out of order."""
+    """The source's EVOLVE-BLOCK markers are missing, repeated or out of order, or a knob
+    declaration is malformed."""
 
 
 @dataclass(frozen=True)
 class Block:
-    """Line span of the region: `lines[start]` is the START marker, `lines[end]` the END."""
+    """Line span of the region: `lines[start]` is the START marker, `lines[end]` the END.
+    `indent` is the START marker's leading whitespace."""
 
     start: int
     end: int
+    indent: str = ""
 
     def body(self, source: str) -> str:
         return "\n".join(source.splitlines()[self.start + 1 : self.end])
@@ -51,18 +70,41 @@ class Knob:
     line: int  # 0-based line index in the source
 
 
+def newline_of(source: str) -> str:
+    """The source's line-end style: CRLF when its first line ends so, else LF."""
+    first = source.find("\n")
+    return "\r\n" if first > 0 and source[first - 1] == "\r" else "\n"
+
+
 def find_block(source: str) -> Block:
     lines = source.splitlines()
     starts = [i for i, line in enumerate(lines) if line.strip() == START]
     ends = [i for i, line in enumerate(lines) if line.strip() == END]
     if len(starts) != 1 or len(ends) != 1:
-        raise BlockError(
+        detail = (
             f"expected exactly one '{START}' and one '{END}' line, "
-            f"found {len(starts)} and {len(ends)}"
+            f"found {len(starts)} (lines {_numbers(starts)}) and {len(ends)} "
+            f"(lines {_numbers(ends)})"
         )
+        near = [
+            i
+            for i, line in enumerate(lines)
+            if _NEAR_MARKER.search(line) and i not in starts and i not in ends
+        ]
+        if near:
+            detail += f"; line {near[0] + 1} looks like a marker but is not exact: "
+            detail += repr(lines[near[0]].strip()[:60])
+        raise BlockError(detail)
     if starts[0] >= ends[0]:
-        raise BlockError(f"'{END}' comes before '{START}'")
-    return Block(starts[0], ends[0])
+        raise BlockError(
+            f"'{END}' (line {ends[0] + 1}) comes before '{START}' (line {starts[0] + 1})"
+        )
+    marker = lines[starts[0]]
+    return Block(starts[0], ends[0], marker[: len(marker) - len(marker.lstrip())])
+
+
+def _numbers(idx: list[int]) -> str:
+    return ", ".join(str(i + 1) for i in idx) or "-"
 
 
 def outside(source: str) -> tuple[list[str], list[str]]:
@@ -82,22 +124,44 @@ def check_edit(parent: str, child: str) -> str | None:
         before_c, after_c = outside(child)
     except BlockError as err:
         return f"malformed EVOLVE-BLOCK markers: {err}"
-    for label, old, new in (("before", before_p, before_c), ("after", after_p, after_c)):
-        if [s.rstrip() for s in old] != [s.rstrip() for s in new]:
-            first = next(
-                (i for i, (a, b) in enumerate(zip(old, new)) if a.rstrip() != b.rstrip()),
-                min(len(old), len(new)),
-            )
-            line = new[first].strip() if first < len(new) else "<end of file>"
-            return f"edit outside the EVOLVE-BLOCK ({label} it), at: {line[:80]!r}"
+    offset_after = len(child.splitlines()) - len(after_c)
+    for label, old, new, offset in (
+        ("before", before_p, before_c, 0),
+        ("after", after_p, after_c, offset_after),
+    ):
+        old_n, new_n = _normalized(old), _normalized(new)
+        if old_n == new_n:
+            continue
+        first = next(
+            (i for i, (a, b) in enumerate(zip(old_n, new_n)) if a != b),
+            min(len(old_n), len(new_n)),
+        )
+        if first < len(new_n):
+            where = f"line {offset + first + 1}: {new_n[first].strip()[:80]!r}"
+        else:
+            missing = old_n[first].strip()[:80] if first < len(old_n) else ""
+            where = f"end of file (fixed line {missing!r} is missing)"
+        return f"edit outside the EVOLVE-BLOCK ({label} it), at {where}"
     return None
+
+
+def _normalized(lines: list[str]) -> list[str]:
+    out = [s.rstrip() for s in lines]
+    while out and not out[-1]:
+        out.pop()
+    return out
 
 
 def replace_block(source: str, new_body: str) -> str:
     """`source` with the region's body replaced by `new_body` (markers kept)."""
-    before, after = outside(source)
-    body = new_body.strip("\n").splitlines()
-    return "\n".join([*before, *body, *after]) + "\n"
+    block = find_block(source)
+    lines = source.splitlines()
+    text = new_body.replace("\r\n", "\n")
+    body = (text[:-1] if text.endswith("\n") else text).split("\n") if text else []
+    if block.indent and body and not any(ln.startswith(block.indent) for ln in body if ln.strip()):
+        body = [block.indent + ln if ln.strip() else ln for ln in body]
+    nl = newline_of(source)
+    return nl.join([*lines[: block.start + 1], *body, *lines[block.end :]]) + nl
 
 
 def parse_knobs(source: str) -> list[Knob]:
@@ -108,6 +172,11 @@ def parse_knobs(source: str) -> list[Knob]:
     for i, line in enumerate(source.splitlines()[block.start + 1 : block.end], block.start + 1):
         m = _KNOB.match(line)
         if not m:
+            if _TUNE_COMMENT.search(line) and line.split("#", 1)[0].strip():
+                raise BlockError(
+                    f"line {i + 1}: '# tune:' on a line that is not a module-level "
+                    f"assignment: {line.strip()[:80]}"
+                )
             continue
         try:
             value = ast.literal_eval(m["value"].strip())
@@ -117,6 +186,8 @@ def parse_knobs(source: str) -> list[Knob]:
             raise BlockError(msg) from None
         if value not in choices:
             raise BlockError(f"line {i + 1}: value {value!r} of {m['name']} not in its choices")
+        if len(set(map(repr, choices))) != len(choices):
+            raise BlockError(f"line {i + 1}: knob {m['name']} lists a choice twice")
         if any(k.name == m["name"] for k in knobs):
             raise BlockError(f"line {i + 1}: knob {m['name']} declared twice")
         knobs.append(Knob(m["name"], value, tuple(choices), i))
@@ -137,8 +208,40 @@ def set_knobs(source: str, values: dict[str, Any]) -> str:
         m = _KNOB.match(line)
         assert m is not None
         lines[knob.line] = line[: m.start("value")] + repr(value) + line[m.end("value") :]
-    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
+    nl = newline_of(source)
+    return nl.join(lines) + (nl if source.endswith("\n") else "")
 
 
 def knob_values(source: str) -> dict[str, Any]:
     return {k.name: k.value for k in parse_knobs(source)}
+
+
+def knob_space(source: str) -> list[dict[str, Any]]:
+    """Every combination of the declared knob values, in declaration order (the first knob
+    varies slowest). A source without knobs has one empty setting."""
+    knobs = parse_knobs(source)
+    names = [k.name for k in knobs]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(k.choices for k in knobs))]
+
+
+def knob_space_size(source: str) -> int:
+    size = 1
+    for k in parse_knobs(source):
+        size *= len(k.choices)
+    return size
+
+
+def knob_neighbours(source: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Settings one step away from `values` (default: the source's current values): exactly
+    one knob moved to the adjacent declared choice, in knob order, lower value first."""
+    knobs = parse_knobs(source)
+    current = {k.name: k.value for k in knobs} if values is None else dict(values)
+    out: list[dict[str, Any]] = []
+    for k in knobs:
+        if current.get(k.name) not in k.choices:
+            raise BlockError(f"{current.get(k.name)!r} is not a declared choice of {k.name}")
+        i = k.choices.index(current[k.name])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(k.choices):
+                out.append({**current, k.name: k.choices[j]})
+    return out

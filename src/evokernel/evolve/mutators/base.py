@@ -6,17 +6,59 @@ program source, or no source and a one-line reason (a diff that did not apply, a
 the EVOLVE-BLOCK, an endpoint that failed). The controller checks the EVOLVE-BLOCK rule again,
 evaluates the source through `evokernel.evaluate`, and stores everything in the database.
 
+`propose` never raises for a bad answer, a dead endpoint or a parent it cannot mutate: those
+come back as `Proposal(code=None, error=...)`. The one exception it raises on purpose is
+`BudgetExceeded` (from mutators that spend tokens or money): the run's budget is spent, nothing
+was sent, and the controller should finish the evaluations in flight, checkpoint and stop.
+
 Determinism: a mutator draws randomness only from `ctx.rng`, which the controller seeds and
-checkpoints. Mutators that call an LLM may block; the controller runs them in worker threads.
+checkpoints; it draws all of it before any blocking call. Mutators that call an LLM may block;
+the controller runs them in worker threads, each with its own `ctx.rng`.
+
+Already-tried programs: `ctx.seen` (optional) is either a callable `code -> bool` or a set of
+`code_digest(code)` values; mutators that enumerate (the offline knob mutator) skip programs
+it reports as tried.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from evokernel.errors import EvokernelError
 from evokernel.evaluate.result import EvalResult
+
+Seen = Callable[[str], bool] | Collection[str]
+"""`code -> already tried?`, or a collection of `code_digest(code)` strings."""
+
+
+class BudgetExceeded(EvokernelError):
+    """The run's token or money budget is spent; raised before a request is sent."""
+
+
+def code_digest(code: str) -> str:
+    """sha256 of a program with line ends, trailing whitespace and trailing blank lines
+    normalized, so the database and the mutators agree on what "the same program" is."""
+    lines = [ln.rstrip() for ln in code.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """sha256 of a prompt or response exactly as sent or received."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_seen(seen: Seen | None, code: str) -> bool:
+    if seen is None:
+        return False
+    if callable(seen):
+        return bool(seen(code))
+    return code_digest(code) in seen
 
 
 @dataclass(frozen=True)
@@ -50,13 +92,14 @@ class MutationContext:
     task_interface: str
     task_description: str
     device: str  # "cuda" | "cpu"
-    hardware: dict[str, Any]  # gpu name, measured copy GB/s, roofline notes
+    hardware: dict[str, Any]  # "gpu", "copy_gbps", "sm_count", "l2_bytes", "notes" (all optional)
     parent: ProgramView
     inspirations: list[ProgramView]  # top and diverse programs; crossover takes a second parent
     insights: list[str]  # what earlier changes did to the measured speedup, newest last
     rng: random.Random
     iteration: int
     last_failure: str = ""  # reason the parent's last child was rejected, for the next prompt
+    seen: Seen | None = None  # programs already tried (see module docstring)
 
 
 @dataclass
@@ -69,6 +112,8 @@ class Proposal:
     prompt_digest: str = ""  # sha256 of the prompt sent, when an LLM was asked
     response_digest: str = ""
     usage: list[Usage] = field(default_factory=list)
+    prompt: str = ""  # the prompt text (system + user), when an LLM was asked
+    response: str = ""  # the raw answer text, when one came back
 
 
 class Mutator(Protocol):

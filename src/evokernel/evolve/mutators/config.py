@@ -1,0 +1,93 @@
+"""Configuration of the offline mutator and of the prompts: `mutators.offline` and
+`mutators.prompt` in the search's YAML. Every key, with its default::
+
+    mutators:
+      offline:
+        transform_prob: 0.25   # chance a child comes from a source transformation (when one
+                               #   applies and is new) instead of moving knobs
+        two_knobs_prob: 0.3    # chance a knob child moves two knobs instead of one
+        jump_prob: 0.2         # chance a moved knob jumps to any other declared value instead
+                               #   of a neighbouring one
+        max_attempts: 64       # random draws before enumerating the unseen settings in order
+        transforms: [exp2, evict_first, evict_last, cache_modifier, contiguity_hints,
+                     drop_contiguity_hints]   # the transformations it may apply
+      prompt:
+        max_chars: 60000             # whole user prompt; sections shrink in a fixed order
+        max_fixed_code_chars: 12000  # code outside the EVOLVE-BLOCK (the block is never cut)
+        max_inspiration_chars: 6000  # each inspiration's block
+        max_artifact_chars: 3000     # each evaluator artifact (stderr tail, profiler list)
+        max_insights: 16             # newest insight lines shown
+        template_dir: null           # a directory of .txt templates overriding the built-in ones
+
+Which mutators run, and how often, is the core's `mutators.weights` (offline, llm_diff,
+llm_rewrite, crossover).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evokernel.evolve.llm.config import build_dataclass
+from evokernel.evolve.mutators.transforms import TRANSFORMS
+
+
+def _check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+def _prob(name: str, value: Any) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    _check(ok, f"{name} must be a probability in [0, 1], got {value!r}")
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    transform_prob: float = 0.25
+    two_knobs_prob: float = 0.3
+    jump_prob: float = 0.2
+    max_attempts: int = 64
+    transforms: list[str] = field(default_factory=lambda: list(TRANSFORMS))
+
+    def __post_init__(self) -> None:
+        for name in ("transform_prob", "two_knobs_prob", "jump_prob"):
+            _prob(f"offline.{name}", getattr(self, name))
+        _check(
+            isinstance(self.max_attempts, int) and self.max_attempts >= 1,
+            "offline.max_attempts must be >= 1",
+        )
+        unknown = [t for t in self.transforms if t not in TRANSFORMS]
+        _check(not unknown, f"offline.transforms: unknown {unknown} (known: {list(TRANSFORMS)})")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "mutators.offline") -> OfflineConfig:
+        return build_dataclass(cls, data, where)
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    max_chars: int = 60000
+    max_fixed_code_chars: int = 12000
+    max_inspiration_chars: int = 6000
+    max_artifact_chars: int = 3000
+    max_insights: int = 16
+    template_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_chars",
+            "max_fixed_code_chars",
+            "max_inspiration_chars",
+            "max_artifact_chars",
+        ):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 200, f"prompt.{name} must be >= 200")
+        _check(
+            isinstance(self.max_insights, int) and self.max_insights >= 0,
+            "prompt.max_insights must be >= 0",
+        )
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "mutators.prompt") -> PromptConfig:
+        return build_dataclass(cls, data, where)

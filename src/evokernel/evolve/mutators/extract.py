@@ -1,0 +1,101 @@
+"""Reading an LLM's answer: the one-line change summary and a full rewrite of the block.
+
+A rewrite answer holds the new EVOLVE-BLOCK body or a whole file, usually in a code fence.
+`extract_rewrite` returns the new program either way:
+
+  * the fenced code that contains both markers (else the longest fence; else, when there is no
+    fence, the whole answer if it contains the markers);
+  * with markers: the text between them becomes the parent's new block body;
+  * without markers: the parent's fixed lines before and after the block are stripped when the
+    code repeats them, and the rest becomes the block body.
+
+The parent's fixed code is always kept, so a rewrite can never escape the block. A fence that
+never closes (an answer cut off at max_tokens) is an error, not half a kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from evokernel.evolve.blocks import (
+    END,
+    START,
+    BlockError,
+    check_edit,
+    find_block,
+    outside,
+    replace_block,
+)
+
+_FENCED = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_OPEN_FENCE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*$", re.MULTILINE)
+_CHANGE = re.compile(r"^\W*(?:change|summary)\W*:\s*\**\s*(?P<text>.+?)\s*$", re.I | re.M)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    code: str | None
+    error: str = ""
+
+
+def change_line(answer: str, limit: int = 200) -> str:
+    """The answer's `Change: ...` line (markdown emphasis tolerated), or ""."""
+    m = _CHANGE.search(answer)
+    if not m:
+        return ""
+    return " ".join(m["text"].strip("*_` ").split())[:limit]
+
+
+def extract_rewrite(answer: str, parent: str) -> Rewrite:
+    text = answer.replace("\r\n", "\n")
+    fences = [m.group(1) for m in _FENCED.finditer(text)]
+    if not fences:
+        if len(_OPEN_FENCE.findall(text)) % 2 == 1:
+            return Rewrite(None, "the answer's code fence never closes (cut off at max_tokens?)")
+        if START in text and END in text:
+            fences = [text]
+        else:
+            return Rewrite(None, "no code block in the answer")
+    marked = [f for f in fences if START in f and END in f]
+    code = marked[0] if marked else max(fences, key=len)
+    if marked:
+        try:
+            body = find_block(code).body(code)
+        except BlockError as err:
+            return Rewrite(None, f"the rewritten code has malformed markers: {err}")
+    elif START in code or END in code:
+        return Rewrite(None, "the rewritten code holds only one of the two EVOLVE-BLOCK markers")
+    else:
+        body = _strip_fixed(code, parent)
+    if not body.strip():
+        return Rewrite(None, "the rewritten EVOLVE-BLOCK is empty")
+    try:
+        new = replace_block(parent, body)
+    except BlockError as err:
+        return Rewrite(None, f"parent has malformed EVOLVE-BLOCK markers: {err}")
+    if _same(new, parent):
+        return Rewrite(None, "the rewrite changes nothing")
+    reason = check_edit(parent, new)
+    return Rewrite(None, reason) if reason else Rewrite(new)
+
+
+def _strip_fixed(code: str, parent: str) -> str:
+    """Drop the parent's fixed lines from the edges of `code` when the answer repeats them."""
+    before, after = outside(parent)
+    lines = code.split("\n")
+    fixed_before = [ln.strip() for ln in before[:-1] if ln.strip()]
+    fixed_after = [ln.strip() for ln in after[1:] if ln.strip()]
+    content = [i for i, ln in enumerate(lines) if ln.strip()]
+    head = [lines[i].strip() for i in content[: len(fixed_before)]]
+    if fixed_before and head == fixed_before:
+        lines = lines[content[len(fixed_before) - 1] + 1 :]
+        content = [i for i, ln in enumerate(lines) if ln.strip()]
+    tail = [lines[i].strip() for i in content[len(content) - len(fixed_after) :]]
+    if fixed_after and len(content) >= len(fixed_after) and tail == fixed_after:
+        lines = lines[: content[len(content) - len(fixed_after)]]
+    return "\n".join(lines)
+
+
+def _same(a: str, b: str) -> bool:
+    return [ln.rstrip() for ln in a.splitlines()] == [ln.rstrip() for ln in b.splitlines()]
