@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +140,7 @@ def check_edit(parent: str, child: str) -> str | None:
         if first < len(new_n):
             where = f"line {offset + first + 1}: {new_n[first].strip()[:80]!r}"
         else:
-            missing = old_n[first].strip()[:80] if first < len(old_n) else ""
+            missing = next((s.strip()[:80] for s in old_n[first:] if s.strip()), "")
             where = f"end of file (fixed line {missing!r} is missing)"
         return f"edit outside the EVOLVE-BLOCK ({label} it), at {where}"
     return None
@@ -196,20 +197,34 @@ def parse_knobs(source: str) -> list[Knob]:
 
 def set_knobs(source: str, values: dict[str, Any]) -> str:
     """`source` with the named knobs set (each value must be among its declared choices)."""
+    return knob_setter(source)(values)
+
+
+def knob_setter(source: str) -> Callable[[dict[str, Any]], str]:
+    """`set_knobs` for one source, parsed once: for code that writes many settings."""
     knobs = {k.name: k for k in parse_knobs(source)}
     lines = source.splitlines()
-    for name, value in values.items():
-        knob = knobs.get(name)
-        if knob is None:
-            raise BlockError(f"no knob named {name!r}")
-        if value not in knob.choices:
-            raise BlockError(f"{value!r} is not a declared choice of {name}: {knob.choices}")
-        line = lines[knob.line]
-        m = _KNOB.match(line)
+    spans = {}
+    for k in knobs.values():
+        m = _KNOB.match(lines[k.line])
         assert m is not None
-        lines[knob.line] = line[: m.start("value")] + repr(value) + line[m.end("value") :]
+        spans[k.name] = (m.start("value"), m.end("value"))
     nl = newline_of(source)
-    return nl.join(lines) + (nl if source.endswith("\n") else "")
+    tail = nl if source.endswith("\n") else ""
+
+    def setter(values: dict[str, Any]) -> str:
+        out = list(lines)
+        for name, value in values.items():
+            knob = knobs.get(name)
+            if knob is None:
+                raise BlockError(f"no knob named {name!r}")
+            if value not in knob.choices:
+                raise BlockError(f"{value!r} is not a declared choice of {name}: {knob.choices}")
+            lo, hi = spans[name]
+            out[knob.line] = out[knob.line][:lo] + repr(value) + out[knob.line][hi:]
+        return nl.join(out) + tail
+
+    return setter
 
 
 def knob_values(source: str) -> dict[str, Any]:

@@ -156,7 +156,10 @@ class LLMConfig:
             isinstance(self.api_base, str) and self.api_base.startswith(("http://", "https://")),
             f"api_base must be an http(s) URL, got {self.api_base!r}",
         )
-        _check(_number(self.temperature) and 0 <= self.temperature <= 2, "temperature: 0 to 2")
+        _check(
+            _number(self.temperature) and 0 <= self.temperature <= 2,
+            "temperature must be in [0, 2]",
+        )
         _check(isinstance(self.max_tokens, int) and self.max_tokens > 0, "max_tokens must be > 0")
         _check(_number(self.timeout_s) and self.timeout_s > 0, "timeout_s must be > 0")
         _check(isinstance(self.retries, int) and self.retries >= 0, "retries must be >= 0")

@@ -26,11 +26,11 @@ from evokernel.evolve.blocks import (
     Knob,
     find_block,
     knob_neighbours,
+    knob_setter,
     knob_space,
     knob_space_size,
     parse_knobs,
     replace_block,
-    set_knobs,
 )
 from evokernel.evolve.mutators.base import MutationContext, Proposal, is_seen
 from evokernel.evolve.mutators.config import OfflineConfig
@@ -40,8 +40,12 @@ MAX_ENUMERATED = 4096
 
 
 def describe_knobs(knobs: list[Knob], values: dict[str, Any]) -> str:
-    old = {k.name: k.value for k in knobs}
-    return ", ".join(f"{n} {old[n]!r} -> {v!r}" for n, v in values.items() if old[n] != v)
+    """`NAME old -> new` for each knob `values` moves, in declaration order."""
+    return ", ".join(
+        f"{k.name} {k.value!r} -> {values[k.name]!r}"
+        for k in knobs
+        if k.name in values and values[k.name] != k.value
+    )
 
 
 class OfflineMutator:
@@ -76,20 +80,35 @@ class OfflineMutator:
         if not movable:
             return "no declared knob with more than one value"
         cfg, rng, parent = self.config, ctx.rng, ctx.parent.code
-        draws = []
+        setter = knob_setter(parent)
+        checked: set[str] = set()
+
+        def fresh(values: dict[str, Any]) -> str | None:
+            full = {**{k.name: k.value for k in knobs}, **values}
+            key = repr(sorted(full.items(), key=lambda kv: kv[0]))
+            if key in checked or not describe_knobs(knobs, values):
+                return None
+            checked.add(key)
+            code = setter(values)
+            return None if is_seen(ctx.seen, code) else code
+
         for _ in range(cfg.max_attempts):
             n = 2 if len(movable) >= 2 and rng.random() < cfg.two_knobs_prob else 1
-            draws.append({k.name: self._move(k, rng) for k in rng.sample(movable, n)})
-            if not is_seen(ctx.seen, set_knobs(parent, draws[-1])):
-                break
-        else:
-            draws.extend(self._unseen_order(parent, rng))
-        for values in draws:
-            description = describe_knobs(knobs, values)
-            code = set_knobs(parent, values)
-            if description and not is_seen(ctx.seen, code):
-                return Proposal(code, "offline:knob", description, parent_ids=(ctx.parent.id,))
+            values = {k.name: self._move(k, rng) for k in rng.sample(movable, n)}
+            code = fresh(values)
+            if code is not None:
+                return self._child(ctx, knobs, values, code)
+        for values in self._unseen_order(parent, rng):
+            code = fresh(values)
+            if code is not None:
+                return self._child(ctx, knobs, values, code)
         return "every knob setting reachable from the parent was already tried"
+
+    def _child(
+        self, ctx: MutationContext, knobs: list[Knob], values: dict[str, Any], code: str
+    ) -> Proposal:
+        description = describe_knobs(knobs, values)
+        return Proposal(code, "offline:knob", description, parent_ids=(ctx.parent.id,))
 
     def _unseen_order(self, parent: str, rng: random.Random) -> list[dict[str, Any]]:
         near = knob_neighbours(parent)

@@ -25,10 +25,11 @@ what it looks like; the evaluator's correctness check is the judge either way.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import tokenize
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 LOG2E = "1.4426950408889634"
@@ -57,7 +58,10 @@ class _Tok:
     row: int  # 0-based line
 
 
-def _tokens(text: str) -> list[_Tok] | None:
+@functools.lru_cache(maxsize=16)
+def _tokens(text: str) -> tuple[_Tok, ...] | None:
+    """Name, operator, number and string tokens of `text` (cached: every transformation of
+    one body reads the same tokens)."""
     starts = [0]
     for line in text.split("\n"):
         starts.append(starts[-1] + len(line) + 1)
@@ -69,7 +73,7 @@ def _tokens(text: str) -> list[_Tok] | None:
                 out.append(_Tok(t.type, t.string, starts[r0 - 1] + c0, starts[r1 - 1] + c1, r0 - 1))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return None
-    return out
+    return tuple(out)
 
 
 def _splice(text: str, edits: list[tuple[int, int, str]]) -> str:
@@ -86,7 +90,7 @@ class _Call:
     keywords: set[str]
 
 
-def _calls(toks: list[_Tok], dotted: tuple[str, ...]) -> list[_Call]:
+def _calls(toks: Sequence[_Tok], dotted: tuple[str, ...]) -> list[_Call]:
     """Calls of `tl.<...>` spelled exactly as `dotted`, e.g. ("tl", "load")."""
     n = 2 * len(dotted) - 1
     out = []
@@ -124,7 +128,7 @@ def _calls(toks: list[_Tok], dotted: tuple[str, ...]) -> list[_Call]:
     return out
 
 
-def _insert_kw(toks: list[_Tok], call: _Call, kw: str) -> tuple[int, int, str]:
+def _insert_kw(toks: Sequence[_Tok], call: _Call, kw: str) -> tuple[int, int, str]:
     last = toks[call.close - 1]
     if last.text == ",":
         return (last.end, last.end, f" {kw}")
