@@ -36,10 +36,12 @@ REASON_CODES: dict[str, str] = {
     # tampering
     "patched": "the candidate replaced a function the harness relies on (timer, comparator)",
     "thread": "the candidate left a thread running or started one during a call",
+    "process": "the candidate started a process that was still running after its call",
     "side-stream": "the candidate's work ran on a stream other than the launching stream",
     "timer-mismatch": "event time and synchronized host time disagree (work escaped the stream)",
     "kernels-missing": "the profiler did not see the candidate's own kernels do the work",
     "infrastructure": "the evaluator itself failed (not the candidate's fault)",
+    "budget": "not evaluated: the batch's time budget ran out (not the candidate's fault)",
 }
 
 

@@ -1,0 +1,94 @@
+"""`evokernel eval TASK CANDIDATE.py [--device cuda|cpu] [--json] [--seed N] [--no-time]
+[--timeout S] [--scenarios A,B] [--no-static]`: evaluate one candidate.
+
+Prints one table row per public scenario (candidate and fastest-baseline medians, speedup with
+its 95% interval, % of the roofline, flags) and the reasons when the candidate fails. `--json`
+ends stdout with one JSON line: `EvalResult.to_dict()` (at least `task`, `correct`, `reasons`
+and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+ORDER = 60
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate one candidate kernel for a task")
+    p.add_argument("task", help="task name (see `evokernel tasks`)")
+    p.add_argument("candidate", help="candidate .py file")
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), default=None, help="default: CUDA if present"
+    )
+    p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
+    p.add_argument("--seed", type=int, default=None, help="input seed (default: random, hidden)")
+    p.add_argument("--no-time", action="store_true", help="correctness only")
+    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
+    p.add_argument("--scenarios", default=None, help="comma-separated public scenarios")
+    p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
+    p.set_defaults(func=run)
+
+
+def _us(x: float) -> str:
+    return f"{x:,.1f} us" if x < 10_000 else f"{x / 1000:,.2f} ms"
+
+
+def render(result: object) -> str:
+    from evokernel.evaluate.result import EvalResult
+
+    assert isinstance(result, EvalResult)
+    dev = result.device
+    lines = [
+        f"task {result.task}  candidate {result.candidate}",
+        f"device {dev.kind + ' ' + dev.name if dev else '-'}  timing: {result.timing_label}",
+    ]
+    if dev and dev.copy_gbps:
+        lines.append(f"copy bandwidth {dev.copy_gbps:,.0f} GB/s  {dev.clocks}".rstrip())
+    if result.scenarios:
+        head = (
+            f"{'scenario':<16} {'candidate':>11} {'baseline':>11} {'speedup [95% CI]':>24} "
+            f"{'roofline':>9}  flags"
+        )
+        lines += ["", head, "-" * len(head)]
+        for s in result.scenarios:
+            speed = "-"
+            if s.speedup is not None and s.speedup_ci is not None:
+                speed = f"{s.speedup:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]"
+            roof = f"{s.pct_roofline:.0f}%" if s.roofline_us else "-"
+            base = s.baselines[s.baseline].median_us
+            lines.append(
+                f"{s.name:<16} {_us(s.candidate.median_us):>11} {_us(base):>11} {speed:>24} "
+                f"{roof:>9}  {','.join(s.flags)}"
+            )
+        lines.append("(baseline: the fastest stock implementation per scenario)")
+    passed = sum(c.passed for c in result.checks)
+    lines.append("")
+    lines.append(
+        f"checks passed: {passed}/{len(result.checks)}  stage: {result.stage}  "
+        f"wall {result.wall_s:.1f} s"
+    )
+    if result.correct:
+        lines.append("CORRECT")
+    else:
+        lines.append("REJECTED")
+        lines += [f"  {r}" for r in result.reasons]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evokernel.evaluate import EvalOptions, evaluate
+
+    fields: dict[str, object] = {"seed": args.seed, "time": not args.no_time}
+    if args.timeout is not None:
+        fields["timeout_s"] = args.timeout
+    if args.scenarios:
+        fields["scenarios"] = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+    if args.no_static:
+        fields["static_check"] = False
+    options = EvalOptions(**fields)  # type: ignore[arg-type]
+    result = evaluate(args.task, args.candidate, device=args.device, options=options)
+    print(render(result))
+    if args.json:
+        print(result.to_json())
+    return 0 if result.correct else 1

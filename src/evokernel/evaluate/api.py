@@ -1,0 +1,161 @@
+"""The evaluator's entry points: `evaluate` and `evaluate_many`.
+
+Only bad arguments raise (an unknown task or scenario, a missing candidate file, bad options:
+`EvokernelError` subclasses). Everything a candidate does ends as an `EvalResult` with
+`correct=False` and reason lines.
+
+Flow per candidate: static pre-check (optional, no process) -> `session.CandidateRun` (fresh
+worker: load, correctness, timing) -> statistics against the clean calibration (CUDA, timed
+runs only; one calibration per task and GPU, shared by every candidate of this process and
+started concurrently with the first candidate's correctness phase).
+
+`evaluate_many` runs up to `workers` candidates at once. Their correctness phases overlap; a
+timed phase holds its GPU exclusively (locks.DeviceSlot). With several visible GPUs, candidates
+are spread over them round-robin. With `budget_s`, candidates not started when the budget
+runs out are returned unevaluated (reason `budget`); those already running finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from evokernel import device as devices
+from evokernel.errors import TaskError
+from evokernel.evaluate.calibration import calibration_for
+from evokernel.evaluate.locks import DeviceSlot, slot, slot_count
+from evokernel.evaluate.options import EvalOptions
+from evokernel.evaluate.plan import public_scenarios
+from evokernel.evaluate.result import EvalResult, reason
+from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
+from evokernel.evaluate.static import check_source
+from evokernel.tasks import get_task
+from evokernel.tasks.base import Task
+
+Candidate = str | Path
+
+
+def read_candidate(candidate: Candidate) -> tuple[str, str]:
+    """(source, label): a Path or a one-line string is a file; other strings are source."""
+    if isinstance(candidate, str) and ("\n" in candidate or not candidate.strip()):
+        digest = hashlib.sha256(candidate.encode()).hexdigest()[:16]
+        return candidate, f"sha256:{digest}"
+    path = Path(candidate)
+    if not path.is_file():
+        raise TaskError(f"candidate file not found: {path}")
+    try:
+        return path.read_text(), str(path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise TaskError(f"cannot read candidate {path}: {err}") from None
+
+
+def _task(task: str | Task) -> Task:
+    return get_task(task) if isinstance(task, str) else get_task(task.name)
+
+
+def _static_result(
+    task: Task, label: str, device: str, lines: list[str], start: float
+) -> EvalResult:
+    return EvalResult(
+        task=task.name,
+        candidate=label,
+        correct=False,
+        reasons=lines,
+        stage="static",
+        device=None,
+        timing_label=CUDA_LABEL if device == "cuda" else CPU_LABEL,
+        wall_s=time.monotonic() - start,
+    )
+
+
+def _one(
+    task: Task,
+    source: str,
+    label: str,
+    device: str,
+    options: EvalOptions,
+    device_slot: DeviceSlot,
+    threads: int,
+) -> EvalResult:
+    start = time.monotonic()
+    if options.static_check:
+        lines = check_source(source)
+        if lines:
+            return _static_result(task, label, device, lines, start)
+    seed = (
+        options.seed if options.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+    )
+    calibration = None
+    if device == "cuda" and options.time:
+        future = calibration_for(task, options, device_slot)
+        calibration = future.result
+    run = CandidateRun(
+        task, source, label, device, options, seed, device_slot, calibration, threads
+    )
+    result = run.run()
+    result.artifacts["seed"] = str(seed)
+    result.wall_s = time.monotonic() - start
+    return result
+
+
+def _prepare(
+    task: str | Task, device: str | None, options: EvalOptions | None
+) -> tuple[Task, str, EvalOptions]:
+    the_task = _task(task)
+    dev = devices.resolve(device)
+    opts = (options or EvalOptions()).resolved(dev)
+    if dev not in the_task.dtypes:
+        raise TaskError(f"task {the_task.name} has no dtypes for device {dev}")
+    public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    return the_task, dev, opts
+
+
+def evaluate(
+    task: str | Task,
+    candidate: Candidate,
+    device: str | None = None,
+    options: EvalOptions | None = None,
+    gpu: int = 0,
+) -> EvalResult:
+    """Evaluate one candidate (a file path, or source text) for `task` on `device`
+    ("cuda" | "cpu"; None: CUDA when present). `gpu` picks among the visible GPUs (modulo
+    their number); concurrent calls from several threads share the device slots and the
+    calibration, so their timed phases never overlap on one GPU."""
+    the_task, dev, opts = _prepare(task, device, options)
+    source, label = read_candidate(candidate)
+    threads = max(1, (os.cpu_count() or 1))
+    return _one(the_task, source, label, dev, opts, slot(dev, gpu), threads)
+
+
+def evaluate_many(
+    task: str | Task,
+    candidates: Sequence[Candidate],
+    device: str | None = None,
+    options: EvalOptions | None = None,
+    workers: int = 2,
+    budget_s: float | None = None,
+) -> list[EvalResult]:
+    """Evaluate several candidates, `workers` at a time; results in the input order."""
+    the_task, dev, opts = _prepare(task, device, options)
+    if workers < 1:
+        raise TaskError(f"workers must be >= 1, got {workers}")
+    read = [read_candidate(c) for c in candidates]
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    slots = slot_count(dev)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+
+    def one(index: int) -> EvalResult:
+        source, label = read[index]
+        if deadline is not None and time.monotonic() > deadline:
+            result = _static_result(the_task, label, dev, [], time.monotonic())
+            result.stage = "load"
+            result.reasons = [reason("budget", f"the batch budget of {budget_s:g} s ran out first")]
+            return result
+        return _one(the_task, source, label, dev, opts, slot(dev, index % slots), threads)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evokernel-eval") as pool:
+        return list(pool.map(one, range(len(read))))

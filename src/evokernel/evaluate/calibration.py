@@ -1,0 +1,128 @@
+"""The clean calibration worker: a worker that never imports a candidate.
+
+Per (task, GPU, scenario set) and evaluator process, once: the device's measured copy
+bandwidth (the roofline's denominator) and the baselines' median times with the same
+schedule and inputs rotation as a candidate's timed phase. A candidate process whose baseline
+runs much slower than here gets its scenario flagged (`baseline-slowdown`). The clean worker
+also runs the guards, so a harness false positive shows up here as `problems` without any
+candidate involved. A calibration that fails is recorded (`error`), never blamed on a
+candidate: its figures are then simply absent (roofline 0).
+
+CPU evaluations need no calibration (no speed claims are made there).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from evokernel.evaluate.locks import DeviceSlot
+from evokernel.evaluate.options import EvalOptions
+from evokernel.evaluate.plan import public_scenarios, timing_plan
+from evokernel.evaluate.sandbox import Worker, WorkerGone
+from evokernel.evaluate.stats import median
+from evokernel.tasks.base import Task
+
+CALIBRATION_SEED = 7
+
+
+@dataclass
+class Calibration:
+    copy_gbps: float = 0.0
+    device: dict[str, object] = field(default_factory=dict)
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # scenario -> name -> us
+    driver: str = ""
+    clocks: str = ""
+    problems: list[str] = field(default_factory=list)
+    error: str = ""
+    wall_s: float = 0.0
+
+
+def nvidia_smi(visible: str | None) -> tuple[str, str]:
+    """(driver version, "sm MHz / mem MHz" now) of the GPU, or empty strings."""
+    query = "--query-gpu=driver_version,clocks.sm,clocks.mem"
+    cmd = ["nvidia-smi", query, "--format=csv,noheader,nounits"]
+    if visible is not None:
+        cmd += ["-i", visible]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "", ""
+    fields = (
+        [f.strip() for f in out.stdout.strip().splitlines()[0].split(",")] if out.stdout else []
+    )
+    if len(fields) < 3:
+        return "", ""
+    return fields[0], f"sm {fields[1]} MHz, mem {fields[2]} MHz at start"
+
+
+def calibrate(task: Task, options: EvalOptions, slot: DeviceSlot) -> Calibration:
+    import time
+
+    start = time.monotonic()
+    cal = Calibration()
+    cal.driver, cal.clocks = nvidia_smi(slot.visible)
+    dtype = task.dtypes["cuda"][0]
+    worker = Worker(
+        device="cuda",
+        memory_mb=max(options.memory_mb, 16384),
+        disk_mb=options.disk_mb,
+        cuda_visible=slot.visible,
+        threads=4,
+    )
+    try:
+        worker.set_deadline(options.startup_timeout_s + 300.0, "calibration took too long")
+        ready = worker.request(
+            {
+                "op": "init",
+                "mode": "calibrate",
+                "task": task.name,
+                "device": "cuda",
+                "dtype": str(dtype),
+                "device_memory_mb": options.device_memory_mb,
+                "threads": 4,
+            }
+        )
+        if ready.get("op") != "ready":
+            cal.error = str(ready.get("detail", ready))[-500:]
+            return cal
+        cal.device = dict(ready.get("device", {}))
+        with slot.exclusive():
+            reply = worker.request({"op": "calibrate"})
+        cal.copy_gbps = float(reply.get("copy_gbps", 0.0))
+        cal.problems += list(reply.get("problems", []))
+        l2 = int(str(cal.device.get("l2_bytes", 0) or 0))
+        for scenario in public_scenarios(task, "cuda", options):
+            plan = timing_plan(task, scenario, "cuda", options, CALIBRATION_SEED, l2, False)
+            with slot.exclusive():
+                reply = worker.request(plan.message())
+            if reply.get("op") != "timed" or "series" not in reply:
+                cal.error = str(reply.get("reason") or reply.get("detail") or reply)[-500:]
+                return cal
+            cal.problems += list(reply.get("problems", []))
+            cal.baselines[scenario.name] = {
+                k.removeprefix("baseline:"): median(v["event_us"])
+                for k, v in reply["series"].items()
+            }
+    except WorkerGone as gone:
+        cal.error = gone.line
+    finally:
+        worker.close()
+        cal.wall_s = time.monotonic() - start
+    return cal
+
+
+_CACHE: dict[tuple[object, ...], Future[Calibration]] = {}
+_LOCK = threading.Lock()
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="evokernel-calibration")
+
+
+def calibration_for(task: Task, options: EvalOptions, slot: DeviceSlot) -> Future[Calibration]:
+    """The (possibly still running) calibration of this task's scenarios on this GPU."""
+    key = (task.name, slot.visible, options.scenarios, options.reps, options.warmup)
+    with _LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = _POOL.submit(calibrate, task, options, slot)
+        return _CACHE[key]

@@ -1,0 +1,278 @@
+"""One worker process, and everything that keeps the evaluator safe from it.
+
+`Worker` starts `python -m evokernel.evaluate.worker` as a fresh interpreter (the spawn method:
+nothing of the parent is inherited but the environment) in its own session, with:
+
+  * a private directory (temp files, Triton cache, torch extensions, stdout/stderr captures),
+    removed on `close()`;
+  * the parent's end of a socket pair as the only result channel (see `channel.py`);
+  * a monitor thread that enforces the wall-clock deadline, the host-memory budget (RSS summed
+    over every process of the worker, polled; RLIMIT_AS is unusable next to CUDA) and the disk
+    budget, and on a breach kills the whole process tree (SIGTERM, then SIGKILL).
+
+`request()` returns the worker's reply or raises `WorkerGone` carrying the reason line: the
+monitor's verdict (`timeout`, `memory-budget`), a signal death (`crashed: SIGSEGV`), an exit
+without a reply (`no-result`) or a broken protocol. `close()` always leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import evokernel
+from evokernel.evaluate import channel
+from evokernel.evaluate.procs import Tracker
+from evokernel.evaluate.result import reason
+
+_POLL_S = 0.05
+_DISK_EVERY_S = 1.0
+_TAIL = 4000
+
+
+class WorkerGone(Exception):
+    """The worker cannot answer any more; `line` is the reason (a `reason()` string)."""
+
+    def __init__(self, line: str, infrastructure: bool = False) -> None:
+        super().__init__(line)
+        self.line = line
+        self.infrastructure = infrastructure
+
+
+def _package_root() -> str:
+    return str(Path(evokernel.__file__).resolve().parent.parent)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Worker:
+    """A spawned worker process with its limits. Use as a context manager.
+
+    device "cpu" runs Triton under its interpreter, "cuda" compiles; None keeps the parent's
+    TRITON_INTERPRET as it is (run_isolated)."""
+
+    def __init__(
+        self,
+        *,
+        device: str | None,
+        memory_mb: int,
+        disk_mb: int,
+        env: dict[str, str] | None = None,
+        cuda_visible: str | None = None,
+        threads: int = 1,
+        cwd: str | None = None,
+    ) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="evokernel-eval-"))
+        for sub in ("tmp", "triton", "torch_extensions"):
+            (self.dir / sub).mkdir()
+        self.memory_bytes = memory_mb * 2**20
+        self.disk_bytes = disk_mb * 2**20
+        self.deadline: float | None = None
+        self.deadline_line = ""
+        self.verdict: str | None = None
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.peak_rss = 0
+
+        child_env = dict(os.environ)
+        for key in ("PYTHONSTARTUP", "PYTHONINSPECT"):
+            child_env.pop(key, None)
+        if device is not None:  # None: the Triton mode of the parent's environment
+            child_env.pop("TRITON_INTERPRET", None)
+        paths = [_package_root(), *child_env.get("PYTHONPATH", "").split(os.pathsep)]
+        child_env.update(
+            PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in paths if p),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONUNBUFFERED="1",
+            TMPDIR=str(self.dir / "tmp"),
+            TRITON_CACHE_DIR=str(self.dir / "triton"),
+            TORCH_EXTENSIONS_DIR=str(self.dir / "torch_extensions"),
+            OMP_NUM_THREADS=str(threads),
+        )
+        if device == "cpu":
+            child_env["TRITON_INTERPRET"] = "1"
+        if cuda_visible is not None:
+            child_env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+        child_env.update(env or {})
+
+        self.conn, child_sock = channel.socket_pair()
+        self.stdout_path = self.dir / "stdout.txt"
+        self.stderr_path = self.dir / "stderr.txt"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "evokernel.evaluate.worker", str(child_sock.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,
+                cwd=cwd or str(self.dir),
+                env=child_env,
+            )
+        child_sock.close()
+        self.tracker = Tracker(self.proc.pid)
+        self._monitor = threading.Thread(target=self._watch, name="evokernel-monitor", daemon=True)
+        self._monitor.start()
+
+    # --- limits ------------------------------------------------------------------------------
+    def set_deadline(self, seconds: float, line: str) -> None:
+        """From now, `seconds` of wall time; on expiry the tree is killed with reason `line`."""
+        with self._lock:
+            self.deadline = time.monotonic() + seconds
+            self.deadline_line = line
+
+    def _breach(self, line: str) -> None:
+        with self._lock:
+            if self.verdict is None:
+                self.verdict = line
+        self.tracker.kill_all()
+
+    def _watch(self) -> None:
+        next_disk = 0.0
+        while not self._stop.wait(_POLL_S):
+            now = time.monotonic()
+            with self._lock:
+                deadline, line = self.deadline, self.deadline_line
+            if deadline is not None and now > deadline:
+                self._breach(line)
+                return
+            rss = self.tracker.rss_bytes()
+            self.peak_rss = max(self.peak_rss, rss)
+            if rss > self.memory_bytes:
+                self._breach(
+                    reason(
+                        "memory-budget",
+                        f"host memory {rss / 2**20:.0f} MiB over the budget of "
+                        f"{self.memory_bytes / 2**20:.0f} MiB; processes killed",
+                    )
+                )
+                return
+            if now >= next_disk:
+                next_disk = now + _DISK_EVERY_S
+                used = _dir_bytes(self.dir)
+                if used > self.disk_bytes:
+                    self._breach(
+                        reason(
+                            "memory-budget",
+                            f"disk: {used / 2**20:.0f} MiB written, budget "
+                            f"{self.disk_bytes / 2**20:.0f} MiB; processes killed",
+                        )
+                    )
+                    return
+            if self.proc.poll() is not None and not self.tracker.members():
+                return
+
+    # --- talking -----------------------------------------------------------------------------
+    def _gone(self, detail: str = "") -> WorkerGone:
+        """Why the worker cannot answer: the monitor's verdict, a signal, or a bare exit."""
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.tracker.kill_all()
+            rc = self.proc.wait()
+        if self.verdict is not None:
+            return WorkerGone(self.verdict)
+        if rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            return WorkerGone(reason("crashed", f"worker died from {name}"))
+        extra = f" ({detail})" if detail else ""
+        return WorkerGone(
+            reason("no-result", f"worker exited with status {rc} and no result{extra}")
+        )
+
+    def recv(self) -> dict[str, Any]:
+        while True:
+            if self.verdict is not None:
+                raise self._gone()
+            try:
+                ready = self.conn.poll(_POLL_S)
+            except OSError:
+                raise self._gone() from None
+            if ready:
+                try:
+                    return channel.recv(self.conn)
+                except EOFError:
+                    raise self._gone() from None
+                except channel.ChannelError as err:
+                    self._breach(reason("no-result", f"protocol broken: {err}"))
+                    raise self._gone() from None
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self._gone()
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            channel.send(self.conn, message)
+        except OSError:
+            raise self._gone() from None
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.send(message)
+        return self.recv()
+
+    def extra_processes(self) -> list[int]:
+        """Live processes of the worker's tree other than the worker itself."""
+        return [st.pid for st in self.tracker.members() if st.pid != self.proc.pid]
+
+    # --- ending ------------------------------------------------------------------------------
+    def tails(self) -> dict[str, str]:
+        return {"stdout_tail": _tail(self.stdout_path), "stderr_tail": _tail(self.stderr_path)}
+
+    def close(self) -> dict[str, str]:
+        """End the worker and everything it started; remove its directory. Returns the
+        stdout/stderr tails."""
+        if self.proc.poll() is None and self.verdict is None:
+            try:
+                channel.send(self.conn, {"op": "exit"})
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.tracker.kill_all(grace_s=0.5)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._stop.set()
+        self._monitor.join()
+        self.tracker.kill_all(grace_s=0.0)
+        self.conn.close()
+        tails = self.tails()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return tails
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,205 @@
+"""The static pre-check: a fast look at a candidate's source before any process starts.
+
+It is the first line of defence, not the last: it rejects what a well-meaning search should
+never produce (imports outside the allowlist, process and thread control, introspection,
+stream games, patching of library functions), so that those candidates cost no process. A
+determined candidate can hide the same constructs from an AST walk (aliases through plain
+variables, attribute names built at run time), which is why every defence also exists in the
+worker and the parent; the test suite runs the hostile candidates with this check off.
+
+`check_source(source) -> list[str]` returns reason lines (`static: line N: ...`), empty when the
+source passes. `triton_kernels(source)` lists the names of `@triton.jit` functions (the kernels
+the profiler must see).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from evokernel.evaluate.result import reason
+from evokernel.evolve.blocks import BlockError, find_block
+
+ALLOWED_MODULES = frozenset(
+    {"torch", "torch.nn.functional", "triton", "triton.language", "math", "functools", "typing"}
+)
+ALLOWED_PREFIXES = ("triton.language.",)
+
+# Names that must not appear at all: code execution, introspection, I/O, process control.
+FORBIDDEN_NAMES = frozenset(
+    {
+        "exec", "eval", "compile", "__import__", "open", "globals", "locals", "vars",
+        "getattr", "setattr", "delattr", "breakpoint", "input", "memoryview", "help",
+        "__builtins__", "__loader__", "__spec__",
+        "os", "sys", "subprocess", "ctypes", "threading", "multiprocessing", "signal", "time",
+        "gc", "inspect", "builtins", "importlib", "socket", "pickle", "marshal", "shutil",
+        "pathlib", "io", "resource", "_thread", "concurrent", "asyncio", "atexit", "weakref",
+    }
+)  # fmt: skip
+
+# Dotted prefixes (after resolving import aliases) a candidate must not touch.
+FORBIDDEN_DOTTED = (
+    "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.Event", "torch.cuda.stream",
+    "torch.cuda.streams", "torch.cuda.set_stream", "torch.cuda.current_stream",
+    "torch.cuda.default_stream", "torch.cuda.synchronize", "torch.cuda.graph",
+    "torch.cuda.graphs", "torch.cuda.CUDAGraph", "torch.cuda._sleep", "torch.cuda.memory",
+    "torch.cuda.set_per_process_memory_fraction", "torch.cuda.empty_cache",
+    "torch.cuda.reset_peak_memory_stats", "torch.cuda.nvtx", "torch.cuda.profiler",
+    "torch.utils", "torch.jit", "torch.library", "torch.ops", "torch._C", "torch._dynamo",
+    "torch._inductor", "torch.compile", "torch.backends", "torch.multiprocessing",
+    "torch.distributed", "torch.hub", "torch.profiler", "torch.futures", "torch.classes",
+    "torch.use_deterministic_algorithms", "torch.set_num_threads", "torch.set_default_dtype",
+    "torch.set_default_device", "torch.allclose", "torch.equal", "torch.testing",
+    "torch.save", "torch.load", "torch.from_file", "torch.Stream", "torch.Event",
+    "torch.accelerator",
+    "triton.runtime", "triton.compiler", "triton.testing", "triton.knobs", "triton.backends",
+    "triton.profiler",
+)  # fmt: skip
+
+_JIT_DECORATORS = ("triton.jit", "jit")
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """`a.b.c` with the root resolved through import aliases; None for other shapes."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    root = aliases.get(node.id)
+    if root is None:
+        return None
+    return ".".join([root, *reversed(parts)])
+
+
+def _module_allowed(name: str) -> bool:
+    return name in ALLOWED_MODULES or name.startswith(ALLOWED_PREFIXES)
+
+
+def _forbidden_dotted(name: str) -> str | None:
+    for prefix in FORBIDDEN_DOTTED:
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix
+    return None
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+        self.problems: list[tuple[int, str]] = []
+
+    def flag(self, node: ast.AST, what: str) -> None:
+        self.problems.append((getattr(node, "lineno", 0), what))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not _module_allowed(alias.name):
+                self.flag(node, f"import of {alias.name!r} (allowed: {sorted(ALLOWED_MODULES)})")
+                continue
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                root = alias.name.split(".")[0]
+                self.aliases[root] = root
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if module == "__future__" and node.level == 0:
+            return
+        if node.level or not _module_allowed(module):
+            self.flag(node, f"import from {'.' * node.level}{module!r}")
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                self.flag(node, f"star import from {module!r}")
+                continue
+            full = f"{module}.{alias.name}"
+            bad = _forbidden_dotted(full)
+            if bad:
+                self.flag(node, f"import of forbidden {bad!r}")
+            self.aliases[alias.asname or alias.name] = full
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_NAMES and node.id not in self.aliases:
+            self.flag(node, f"forbidden name {node.id!r}")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        """One attribute node, without recursing (the caller walks every node)."""
+        if node.attr.startswith("__") and node.attr.endswith("__"):
+            self.flag(node, f"dunder attribute {node.attr!r}")
+        dotted = _dotted(node, self.aliases)
+        if dotted is not None:
+            bad = _forbidden_dotted(dotted)
+            if bad:
+                self.flag(node, f"forbidden {bad!r}")
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            root: ast.AST = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in self.aliases:
+                self.flag(node, f"assignment to a library attribute ({dotted or node.attr})")
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.flag(node, "'global' statement")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.flag(node, "'nonlocal' statement")
+
+
+def check_source(source: str) -> list[str]:
+    """Reason lines for every problem found (empty: the source passes)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return [reason("static", f"line {err.lineno}: syntax error: {err.msg}")]
+    try:
+        find_block(source)
+    except BlockError as err:
+        return [reason("static", f"EVOLVE-BLOCK: {err}")]
+    checker = _Checker()
+    # Imports first, so aliases are known wherever a name is used (imports inside functions).
+    nodes = list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
+    for node in nodes:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            method = getattr(checker, f"visit_{type(node).__name__}", None)
+            if method is not None:
+                method(node)
+    seen: set[tuple[int, str]] = set()
+    lines = []
+    for lineno, what in sorted(checker.problems):
+        if (lineno, what) in seen:
+            continue
+        seen.add((lineno, what))
+        lines.append(reason("static", f"line {lineno}: {what}"))
+    return lines
+
+
+def _decorator_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def triton_kernels(source: str) -> list[str]:
+    """Names of functions decorated with `triton.jit` (directly or under autotune etc.)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(
+            _decorator_name(d) in _JIT_DECORATORS or _decorator_name(d).endswith(".jit")
+            for d in node.decorator_list
+        ):
+            names.append(node.name)
+    return names

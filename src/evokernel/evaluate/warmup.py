@@ -1,0 +1,40 @@
+"""Trusted warm-up of a worker, before any candidate code: compile and launch one Triton kernel,
+call every baseline once and (CUDA) open one short profiler session, so that Triton's driver,
+cuBLAS/SDPA handles, CUPTI and torch's thread pools exist before the guards take their
+snapshot (then any later thread or patch is the candidate's)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from evokernel.tasks.base import Task
+
+
+@triton.jit
+def _add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+
+def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
+    x = torch.zeros(100, device=device, dtype=torch.float32)
+    _add_one[(1,)](x, 100, BLOCK=128)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if not bool((x == 1.0).all()):
+        raise RuntimeError("the warm-up Triton kernel computed a wrong result")
+    scenario = task.scenarios(device)[0]
+    inputs = task.make_inputs(scenario, 0, dtype)
+    inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    for fn in task.baselines(scenario).values():
+        fn(**inputs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        # The profiler's first session loads CUPTI and imports more of torch: do it here.
+        activities = [torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities):
+            x.add_(1.0)
+            torch.cuda.synchronize()

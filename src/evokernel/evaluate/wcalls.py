@@ -1,0 +1,223 @@
+"""Worker side: calling candidate code safely, and the correctness phase.
+
+`Caller.call(fn, inputs)` runs one call of candidate (or baseline) code with the guards active,
+synchronizes the device inside the same `try` (an asynchronous CUDA error belongs to the call
+that caused it), and turns whatever happened into either a result or a reason line:
+
+  * torch.OutOfMemoryError, a refused host allocation, or more device memory than the budget
+    -> `memory-budget`;
+  * a CUDA error (illegal address, launch failure...) -> `cuda-error`, fatal: the CUDA context
+    is poisoned for good, so the worker reports and exits, never to be reused;
+  * any other exception -> `exception` with the type, message and the candidate's line.
+
+`check_job()` is one correctness job: fresh CPU inputs from the task (the parent builds the same
+bits from the same seed), moved to the device; memory poisoning on (torch.empty returns NaN);
+two calls on the same inputs, then optionally one on perturbed inputs; after each call the
+inputs are compared bit for bit with a copy taken before it. The raw outputs go to the parent,
+which judges them; the worker only reports what it alone can see (exact type, device,
+mutation, memory, tampering).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from evokernel.evaluate.guards import Guards
+from evokernel.evaluate.result import reason
+
+_CUDA_ERROR_MARKERS = (
+    "CUDA error",
+    "illegal memory access",
+    "illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert",
+    "CUDA driver error",
+    "cudaError",
+    "CUresult",
+)
+_HOST_OOM_MARKERS = ("can't allocate memory", "DefaultCPUAllocator", "std::bad_alloc")
+
+
+class FatalError(Exception):
+    """The worker must stop (its CUDA context is poisoned); `line` is the reason."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value) is torch.Tensor
+
+
+def tensors_of(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in inputs.items() if _is_tensor(v)}
+
+
+def to_device(inputs: dict[str, Any], device: str) -> dict[str, Any]:
+    return {k: (v.to(device) if _is_tensor(v) else v) for k, v in inputs.items()}
+
+
+def clone_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.clone() if _is_tensor(v) else v) for k, v in inputs.items()}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def mutated(before: dict[str, torch.Tensor], inputs: dict[str, Any]) -> list[str]:
+    """Names of input tensors whose bits, shape or identity changed."""
+    names = []
+    for name, saved in before.items():
+        now = inputs.get(name)
+        if (
+            not isinstance(now, torch.Tensor)
+            or now.shape != saved.shape
+            or now.dtype != saved.dtype
+            or not torch.equal(_bits(now), _bits(saved))
+        ):
+            names.append(name)
+    return names
+
+
+def _candidate_line(err: BaseException, path: str | None) -> str:
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if path and f.filename == path]
+    if not (mine or frames):
+        return ""
+    frame = (mine or frames)[-1]
+    return f" at line {frame.lineno}: {(frame.line or '').strip()[:100]}"
+
+
+def classify(err: BaseException, path: str | None) -> str:
+    """The reason line for an exception raised by candidate code (FatalError for CUDA)."""
+    text = f"{type(err).__name__}: {err}"
+    if isinstance(err, torch.OutOfMemoryError) or any(m in text for m in _HOST_OOM_MARKERS):
+        return reason("memory-budget", f"{text[:300]}")
+    if any(m in text for m in _CUDA_ERROR_MARKERS) or type(err).__name__ == "AcceleratorError":
+        raise FatalError(reason("cuda-error", f"{text[:300]}; the worker was discarded"))
+    return reason("exception", f"{text[:300]}{_candidate_line(err, path)}")
+
+
+class Caller:
+    """Calls candidate code under the guards, with device sync and memory accounting."""
+
+    def __init__(self, guards: Guards, device: str, device_budget: int, path: str | None):
+        self.guards = guards
+        self.device = device
+        self.cuda = device == "cuda"
+        self.device_budget = device_budget
+        self.path = path
+        if self.cuda:
+            self._sync = torch.cuda.synchronize
+            self._allocated = torch.cuda.memory_allocated
+            self._peak = torch.cuda.max_memory_allocated
+            self._reset_peak = torch.cuda.reset_peak_memory_stats
+
+    def limit_device_memory(self) -> None:
+        """Cap the caching allocator at what is held now plus the candidate's budget."""
+        if self.cuda:
+            total = torch.cuda.get_device_properties(0).total_memory
+            want = torch.cuda.memory_reserved() + self.device_budget
+            torch.cuda.set_per_process_memory_fraction(min(0.95, want / total))
+
+    def call(self, fn: Callable[..., Any], inputs: dict[str, Any]) -> tuple[Any, str | None]:
+        """(result, None) or (None, reason line). Raises FatalError on a CUDA error."""
+        if self.cuda:
+            self._sync()
+            base = self._allocated()
+            self._reset_peak()
+        try:
+            with self.guards.active():
+                out = fn(**inputs)
+                if self.cuda:
+                    self._sync()
+        except FatalError:
+            raise
+        except BaseException as err:  # the candidate may raise anything, SystemExit included
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            return None, classify(err, self.path)
+        if self.cuda:
+            used = self._peak() - base
+            if used > self.device_budget:
+                line = f"one call allocated {used / 2**20:.0f} MiB of device memory"
+                return None, reason(
+                    "memory-budget", f"{line}, budget {self.device_budget / 2**20:.0f} MiB"
+                )
+        return out, None
+
+
+@contextmanager
+def poisoned() -> Iterator[None]:
+    """Fresh memory (torch.empty & co.) filled with NaN / the integer maximum."""
+    det = torch.are_deterministic_algorithms_enabled()
+    warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
+
+
+def poison_intact() -> bool:
+    return bool(
+        torch.are_deterministic_algorithms_enabled()
+        and torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+    )
+
+
+def describe(out: Any) -> dict[str, Any]:
+    """What the parent needs to judge an output, plus the output itself when it is a Tensor."""
+    if not _is_tensor(out):
+        return {"type": f"{type(out).__module__}.{type(out).__qualname__}"}
+    return {
+        "type": "torch.Tensor",
+        "device": out.device.type,
+        "out": out.detach(),
+    }
+
+
+def check_job(
+    caller: Caller,
+    fn: Callable[..., Any],
+    inputs: dict[str, Any],
+    perturb: Callable[[dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """Two calls on `inputs`, then one after `perturb` (when given). One record per call:
+    {"type", "device", "out"} or {"reason"}, plus "mutated" input names."""
+    records: list[dict[str, Any]] = []
+    plan = ["same", "same"] + (["perturbed"] if perturb is not None else [])
+    for step in plan:
+        if step == "perturbed" and perturb is not None:
+            perturb(inputs)
+            if caller.cuda:
+                torch.cuda.synchronize()
+        before = {k: v.clone() for k, v in tensors_of(inputs).items()}
+        with poisoned():
+            out, line = caller.call(fn, inputs)
+            intact = poison_intact()
+        record: dict[str, Any] = {"step": step}
+        if not intact:
+            record["reason"] = reason("patched", "memory poisoning was switched off by the call")
+        elif line is not None:
+            record["reason"] = line
+        else:
+            record.update(describe(out))
+            if "out" in record:
+                record["out"] = record["out"].clone()
+        record["mutated"] = mutated(before, inputs)
+        records.append(record)
+        if "reason" in record:
+            break
+    return records

@@ -1,0 +1,227 @@
+"""Worker side: the timed phase of one scenario, the copy-bandwidth probe, the GPU spin rate.
+
+The parent sends the whole schedule (warm-up and timed rounds, each a random order of the
+candidate and the baselines), so it knows which inputs every call saw. Each call:
+
+  1. takes the next input copy (copies rotate so the bytes between two uses of one copy exceed
+     the L2 cache several times) and overwrites its per-call inputs with `task.perturb`
+     (contents change, pointers do not);
+  2. CUDA: synchronizes, enqueues a GPU spin long enough to cover the call's host-side launch
+     cost, records event 0, calls, records event 1 on the launching stream. The events thus
+     measure device time with launch overhead hidden, as in CUDA-graph replay;
+  3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
+     whole device and reads it again: the gap ("tail") is work still running on other streams.
+
+After the timed rounds, a few calls per implementation run without the spin, timed by events
+and by a synchronized host clock around the same call (the host/event cross-check). Outputs of
+the candidate calls the parent picked are cloned (outside the events) for re-checking. On the
+CPU the same schedule is timed with perf_counter (interpreter figures, no speed claim).
+
+Every timer the loop uses was captured at import of this module, before any candidate code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from evokernel.evaluate.result import reason
+from evokernel.evaluate.wcalls import Caller, classify, clone_inputs, to_device
+from evokernel.tasks.base import Scenario, Task
+from evokernel.tasks.rng import derive_seed
+
+_perf = time.perf_counter
+_cuda_sync = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_ev_sync = torch.cuda.Event.synchronize
+_sleep = torch.cuda._sleep
+
+_SPIN_MIN_US = 30.0
+_SPIN_MAX_US = 3000.0
+_XCHECK_CALLS = 8
+
+
+def spin_cycles_per_us() -> float:
+    """Clock cycles of `torch.cuda._sleep` per microsecond, measured with events."""
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    rates = []
+    for cycles in (200_000, 1_000_000, 1_000_000):
+        _cuda_sync()
+        _record(start)
+        _sleep(cycles)
+        _record(end)
+        _cuda_sync()
+        rates.append(cycles / max(_elapsed(start, end) * 1e3, 1e-3))
+    return sorted(rates)[1]
+
+
+def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
+    """Read + write bytes per second of a large device-to-device copy, in GB/s."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    times = []
+    for i in range(12):
+        _cuda_sync()
+        _record(start)
+        dst.copy_(src)
+        _record(end)
+        _cuda_sync()
+        if i >= 2:
+            times.append(_elapsed(start, end) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    best = sorted(times)[len(times) // 2]
+    return 2 * nbytes / best / 1e9
+
+
+class TimedScenario:
+    """One scenario's timed phase; `run()` returns the raw figures for the parent."""
+
+    def __init__(
+        self,
+        task: Task,
+        scenario: Scenario,
+        dtype: torch.dtype,
+        fns: dict[str, Callable[..., Any]],
+        caller: Caller,
+        msg: dict[str, Any],
+        spin_rate: float,
+    ) -> None:
+        self.task, self.scenario, self.fns, self.caller = task, scenario, fns, caller
+        self.cuda = caller.cuda
+        self.rounds: list[list[str]] = msg["rounds"]
+        self.timed_from: int = msg["timed_from"]
+        self.perturb_base: int = msg["perturb_seed"]
+        self.recheck = {int(r) for r in msg["recheck"]}
+        self.spin_rate = spin_rate
+        bases = [
+            to_device(task.make_inputs(scenario, s, dtype), caller.device)
+            for s in msg["base_seeds"]
+        ]
+        self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg["copies"])]
+        del bases
+        if self.cuda:
+            self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
+        self.counter = 0
+
+    def _prepare(self) -> dict[str, Any]:
+        inputs = self.copies[self.counter % len(self.copies)]
+        self.task.perturb(inputs, derive_seed(self.perturb_base, self.counter))
+        self.counter += 1
+        return inputs
+
+    def _timed_call(self, name: str, spin_us: float) -> tuple[Any, str | None, list[float]]:
+        """(output, reason, [event_us, tail_us, enqueue_us])"""
+        fn = self.fns[name]
+        inputs = self._prepare()
+        if not self.cuda:
+            t0 = _perf()
+            out, line = self.caller.call(fn, inputs)
+            t1 = _perf()
+            return out, line, [(t1 - t0) * 1e6, 0.0, 0.0]
+        _cuda_sync()
+        if spin_us > 0:
+            _sleep(int(spin_us * self.spin_rate))
+        t0 = _perf()
+        _record(self.ev0)
+        with self.caller.guards.active():
+            try:
+                out = fn(**inputs)
+            except BaseException as err:
+                if isinstance(err, KeyboardInterrupt):
+                    raise
+                return None, self._classified(err), []
+        _record(self.ev1)
+        t1 = _perf()
+        try:
+            _ev_sync(self.ev1)
+            t2 = _perf()
+            _cuda_sync()
+            t3 = _perf()
+        except BaseException as err:
+            return None, self._classified(err), []
+        return out, None, [_elapsed(self.ev0, self.ev1) * 1e3, (t3 - t2) * 1e6, (t1 - t0) * 1e6]
+
+    def _classified(self, err: BaseException) -> str:
+        return classify(err, self.caller.path)
+
+    def _cross_check(self, name: str) -> tuple[float, float] | str:
+        """(host_us, event_us) of one call without the spin, or a reason line."""
+        inputs = self._prepare()
+        _cuda_sync()
+        t0 = _perf()
+        _record(self.ev0)
+        try:
+            with self.caller.guards.active():
+                self.fns[name](**inputs)
+            _record(self.ev1)
+            _cuda_sync()
+        except BaseException as err:
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            return self._classified(err)
+        t1 = _perf()
+        return (t1 - t0) * 1e6, _elapsed(self.ev0, self.ev1) * 1e3
+
+    def _spin_us(self) -> float:
+        """Spin long enough to hide the slowest implementation's host-side launch cost."""
+        if not self.cuda:
+            return 0.0
+        worst = 0.0
+        for name in self.fns:
+            enq = []
+            for _ in range(3):
+                out, line, figures = self._timed_call(name, _SPIN_MAX_US)
+                if line is not None:
+                    return _SPIN_MAX_US
+                enq.append(figures[2])
+                del out
+            worst = max(worst, sorted(enq)[1])
+        return min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * worst + 20.0))
+
+    def run(self) -> dict[str, Any]:
+        spin_us = self._spin_us()
+        series: dict[str, dict[str, list[float]]] = {
+            name: {"event_us": [], "tail_us": [], "enqueue_us": [], "xhost_us": [], "xevent_us": []}
+            for name in self.fns
+        }
+        rechecks: list[dict[str, Any]] = []
+        for index, order in enumerate(self.rounds):
+            for name in order:
+                counter = self.counter
+                out, line, figures = self._timed_call(name, spin_us)
+                if line is not None:
+                    return {"reason": line, "implementation": name}
+                if name == "candidate" and type(out) is not torch.Tensor:
+                    return {
+                        "reason": reason(
+                            "output-type", f"a timed call returned {type(out).__name__}"
+                        )
+                    }
+                if index < self.timed_from:
+                    continue
+                for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
+                    series[name][key].append(value)
+                if name == "candidate" and index - self.timed_from in self.recheck:
+                    rechecks.append(
+                        {
+                            "round": index - self.timed_from,
+                            "counter": counter,
+                            "out": out.detach().clone(),
+                        }
+                    )
+        if self.cuda:
+            for name in self.fns:
+                for _ in range(_XCHECK_CALLS):
+                    got = self._cross_check(name)
+                    if isinstance(got, str):
+                        return {"reason": got, "implementation": name}
+                    series[name]["xhost_us"].append(got[0])
+                    series[name]["xevent_us"].append(got[1])
+        return {"series": series, "rechecks": rechecks, "spin_us": spin_us}
