@@ -158,6 +158,8 @@ class Qwen3Config:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> Qwen3Config:
+        if not Path(model_dir).is_dir():
+            raise CheckpointError(f"{model_dir}: not a directory")
         path = Path(model_dir) / "config.json"
         if not path.is_file():
             raise CheckpointError(f"{model_dir}: no config.json")
@@ -170,7 +172,13 @@ class Qwen3Config:
         cfg = cls.from_hf_dict(data, source=str(path))
         extra = read_generation_eos(model_dir)
         merged = cfg.eos_token_ids + tuple(i for i in extra if i not in cfg.eos_token_ids)
-        return replace(cfg, eos_token_ids=merged) if merged != cfg.eos_token_ids else cfg
+        if merged == cfg.eos_token_ids:
+            return cfg
+        try:
+            return replace(cfg, eos_token_ids=merged)
+        except CheckpointError as err:
+            where = Path(model_dir) / GENERATION_CONFIG
+            raise CheckpointError(f"{where}: {str(err).removeprefix('config: ')}") from None
 
     def to_hf_dict(self, layout: str = "transformers5") -> dict[str, Any]:
         """config.json content, loadable by transformers.

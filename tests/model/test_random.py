@@ -1,0 +1,183 @@
+"""Random checkpoints: exact preset shapes, determinism, layouts, tokenizer, and logits that are
+far from flat when transformers runs them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from model_helpers import hf_model, next_token_stats
+from safetensors.torch import load_file
+
+from evokernel.errors import ConfigError
+from evokernel.model.config import Qwen3Config
+from evokernel.model.presets import PRESETS
+from evokernel.model.random import init_stats, write_random_checkpoint
+from evokernel.model.weights import hf_shapes
+
+
+def test_qwen3_06b_preset_has_the_published_shapes(tmp_path: Path) -> None:
+    p = PRESETS["qwen3-0.6b"]
+    assert (p["vocab_size"], p["hidden_size"], p["intermediate_size"]) == (151936, 1024, 3072)
+    assert (p["num_hidden_layers"], p["num_attention_heads"], p["num_key_value_heads"]) == (
+        28,
+        16,
+        8,
+    )
+    assert (p["head_dim"], p["rms_norm_eps"], p["rope_theta"]) == (128, 1e-6, 1e6)
+    assert p["tie_word_embeddings"] and p["max_position_embeddings"] == 40960
+    # The config a 1-layer write produces carries the rest of the preset unchanged.
+    path = write_random_checkpoint(tmp_path, "qwen3-0.6b", layers=1, vocab=4096, tokenizer=False)
+    data = json.loads((path / "config.json").read_text())
+    assert data["bos_token_id"] == 256 and data["eos_token_id"] == 258
+    full = write_random_checkpoint(tmp_path / "full-config", "qwen3-0.6b", layers=1)
+    data = json.loads((full / "config.json").read_text())
+    assert data["bos_token_id"] == 151643 and data["eos_token_id"] == 151645
+    gen = json.loads((full / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [151645, 151643]
+
+
+def test_tiny_preset_keeps_qwen3_structure() -> None:
+    cfg = Qwen3Config(**PRESETS["tiny"])
+    assert cfg.gqa_ratio == 2 and cfg.q_size != cfg.hidden_size and cfg.tie_word_embeddings
+    assert sum(torch.Size(s).numel() for s in hf_shapes(cfg).values()) < 300_000
+
+
+def test_same_seed_same_bytes_and_shards_do_not_change_values(tmp_path: Path) -> None:
+    a = write_random_checkpoint(tmp_path / "a", "tiny", seed=7)
+    b = write_random_checkpoint(tmp_path / "b", "tiny", seed=7)
+    c = write_random_checkpoint(tmp_path / "c", "tiny", seed=8)
+    s = write_random_checkpoint(tmp_path / "s", "tiny", seed=7, shards=3)
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    ta, tc = load_file(a / "model.safetensors"), load_file(c / "model.safetensors")
+    assert not torch.equal(ta["model.embed_tokens.weight"], tc["model.embed_tokens.weight"])
+    shards = sorted(s.glob("model-*-of-00003.safetensors"))
+    assert len(shards) == 3
+    merged: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        part = load_file(shard)
+        assert part, f"{shard.name} is empty"
+        merged |= part
+    assert merged.keys() == ta.keys()
+    assert all(torch.equal(merged[k], ta[k]) for k in ta)
+    index = json.loads((s / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(ta)
+    assert index["metadata"]["total_size"] == sum(t.numel() * 2 for t in ta.values())
+
+
+def test_rewriting_replaces_a_previous_layout(tmp_path: Path) -> None:
+    write_random_checkpoint(tmp_path, "tiny", shards=2)
+    write_random_checkpoint(tmp_path, "tiny")
+    assert (
+        not list(tmp_path.glob("model-*"))
+        and not (tmp_path / "model.safetensors.index.json").exists()
+    )
+    write_random_checkpoint(tmp_path, "tiny", shards=2)
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty and holds no checkpoint"):
+        write_random_checkpoint(tmp_path, "tiny")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"preset": "qwen3-70b"}, "unknown preset 'qwen3-70b'"),
+        ({"kv_heads": 3}, "not a multiple of num_key_value_heads (3)"),
+        ({"head_dim": 33}, "head_dim must be even"),
+        ({"vocab": 200}, "vocab_size must be at least 259"),
+        ({"shards": 0}, "shards must be a positive integer"),
+        ({"layout": "v4"}, "unknown config layout 'v4'"),
+        ({"dtype": "int8"}, "unsupported weight dtype 'int8'"),
+        ({"sliding": True}, "unknown override 'sliding'"),
+    ],
+)
+def test_bad_options_are_config_errors(overrides: dict, message: str, tmp_path: Path) -> None:
+    opts = {"preset": "tiny"} | overrides
+    with pytest.raises(ConfigError) as err:
+        write_random_checkpoint(tmp_path, **opts)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("layout", ["transformers5", "legacy"])
+def test_config_layouts(layout: str, tmp_path: Path) -> None:
+    path = write_random_checkpoint(tmp_path, "tiny", layout=layout, dtype="float16")
+    data = json.loads((path / "config.json").read_text())
+    if layout == "legacy":
+        assert data["rope_theta"] == 1e6 and data["rope_scaling"] is None
+        assert data["torch_dtype"] == "float16" and "rope_parameters" not in data
+    else:
+        assert data["rope_parameters"] == {"rope_type": "default", "rope_theta": 1e6}
+        assert data["dtype"] == "float16" and "rope_theta" not in data
+    assert Qwen3Config.from_dir(path).dtype == "float16"
+
+
+def test_tokenizer_round_trips_text_with_both_libraries(tiny_dir: Path) -> None:
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    text = "Hello, wörld! 你好 <|im_end|>"
+    tok = Tokenizer.from_file(str(tiny_dir / "tokenizer.json"))
+    ids = tok.encode(text).ids
+    assert ids[:5] == list(b"Hello")
+    assert ids[-1] == 258  # <|im_end|> is one special token
+    assert max(ids) < 512
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    hf = AutoTokenizer.from_pretrained(tiny_dir)
+    assert hf(text)["input_ids"] == ids
+    assert hf.eos_token_id == 258
+    assert hf.decode(ids) == text
+
+
+def test_init_scales_follow_the_documented_rule() -> None:
+    cfg = Qwen3Config(**PRESETS["qwen3-0.6b"])
+    assert init_stats("model.embed_tokens.weight", cfg) == (0.0, 1024**-0.5)
+    mean, _ = init_stats("model.norm.weight", cfg)
+    assert 6.0 < mean < 6.3  # 1.25 * sqrt(2 ln 151936)
+    assert init_stats("model.layers.0.self_attn.q_norm.weight", cfg)[0] == 1.6
+
+
+def _check_logits(path: Path, dtype: torch.dtype, length: int = 20) -> dict[str, float]:
+    model, _ = hf_model(path, dtype)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (6, length), generator=gen)
+    ids[3:, -1] = ids[0, -1]  # same last token, different contexts
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+    for h in out.hidden_states:
+        assert torch.isfinite(h).all()
+    logits = out.logits.float()
+    stats = next_token_stats(logits)
+    assert stats["entropy_mean"] < 0.5 * stats["log_vocab"], stats
+    assert stats["p1_mean"] > 0.2, stats
+    assert stats["margin_median"] > 0.3, stats
+    top = logits.argmax(-1)  # [6, length]
+    assert (top == ids).float().mean() < 0.2, "the argmax just repeats the input token"
+    assert top[:, -1].unique().numel() >= 4, "different prompts give the same argmax"
+    assert top[[0, 3, 4, 5], -1].unique().numel() >= 2, "the argmax ignores the context"
+    return stats
+
+
+def test_tiny_logits_are_not_flat(tiny_dir: Path) -> None:
+    _check_logits(tiny_dir, torch.float32)
+
+
+def test_qwen3_06b_shapes_logits_are_not_flat(mid_dir: Path) -> None:
+    stats = _check_logits(mid_dir, torch.float32)
+    assert stats["entropy_mean"] < 4.0, stats
+
+
+def test_full_qwen3_06b_writes_fast_and_stays_finite_in_bf16(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    path = write_random_checkpoint(tmp_path, "qwen3-0.6b", seed=0)
+    seconds = time.perf_counter() - start
+    assert (path / "model.safetensors").stat().st_size > 1_192_000_000
+    assert seconds < 30, f"writing the 0.6B checkpoint took {seconds:.1f} s"
+    stats = _check_logits(path, torch.bfloat16, length=8)
+    assert stats["entropy_mean"] < 4.0, stats
