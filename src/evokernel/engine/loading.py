@@ -1,0 +1,60 @@
+"""Checkpoint directory -> a ready `Qwen3Model` (and its tokenizer, when the directory has one).
+
+    model = load_engine(model_dir, device="cuda", dtype=None, ops="triton")
+
+`device` None picks CUDA when present; `dtype` None picks the device default (bfloat16 on CUDA,
+float32 on CPU). The Triton mode is set for the device (`evokernel.device.prepare`) before
+any kernel or candidate is imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from evokernel import device as devices
+from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.errors import EvokernelError
+from evokernel.model import tokenizer as tokenizers
+from evokernel.model.loader import load_model, resolve_dtype
+from evokernel.model.tokenizer import TOKENIZER_FILE
+from evokernel.ops.registry import OpSet
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+
+def load_engine(
+    model_dir: str | Path,
+    device: str | None = None,
+    dtype: torch.dtype | str | None = None,
+    ops: str | OpSet = "torch",
+    max_seq_len: int | None = None,
+) -> Qwen3Model:
+    dev = devices.resolve(device)
+    devices.prepare(dev)
+    dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
+    opset = ops if isinstance(ops, OpSet) else OpSet.named(ops)
+    cfg, weights = load_model(model_dir, device=dev, dtype=dt)
+    return Qwen3Model(cfg, weights, opset, max_seq_len=max_seq_len)
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
+    """The directory's tokenizer, or None when it has no tokenizer.json."""
+    if not (Path(model_dir) / TOKENIZER_FILE).is_file():
+        return None
+    return tokenizers.load_tokenizer(model_dir)
+
+
+def encode_prompt(model_dir: str | Path, text: str) -> list[int]:
+    """Token ids of `text`; a one-line error when the directory has no tokenizer."""
+    if not (Path(model_dir) / TOKENIZER_FILE).is_file():
+        raise EvokernelError(
+            f"--prompt needs {TOKENIZER_FILE} in {model_dir}; pass token ids with --prompt-ids"
+        )
+    ids: list[int] = tokenizers.load_tokenizer(model_dir).encode(text).ids
+    if not ids:
+        raise EvokernelError("--prompt encodes to no tokens")
+    return ids

@@ -1,0 +1,123 @@
+"""The Qwen3 forward pass as a fixed sequence of named ops (wiring only; numerics live in ops/).
+
+Per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
+
+  normed                       [N, H]   rms_norm(h, input_norm)   (fused into the previous add)
+  qkv    = linear(normed, qkv_proj)                      [N, (Hq+2Hkv)*D]
+  q      = qk_norm_rope_append(qkv, ...)                 [B, T, Hq, D]; K, V -> cache at positions
+  attn   = decode_attention | prefill_attention          [B, T, Hq, D]
+  o      = linear(attn, o_proj)                          [N, H]
+  h, normed = residual_add(o, h, post_attn_norm)
+  act    = silu_mul(linear(normed, gate_up_proj))        [N, I]
+  h, normed = residual_add(linear(act, down_proj), h, next layer's input_norm | final_norm)
+
+then logits(normed, lm_head) -> [B, V] float32. Prefill takes right-padded prompts at
+positions 0..T-1 and returns each sequence's logits at its last real token; decode takes one
+token per sequence at its own position. Neither syncs with the host, so decode can be
+captured in a CUDA graph (engine/graph.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from evokernel.engine.cache import KVCache
+from evokernel.model.config import Qwen3Config
+from evokernel.model.weights import Qwen3Weights
+from evokernel.ops.registry import OpSet
+from evokernel.ops.rope import rope_table
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Qwen3Model:
+    """Weights + op set + RoPE tables for positions 0..max_seq_len-1."""
+
+    def __init__(
+        self, cfg: Qwen3Config, weights: Qwen3Weights, ops: OpSet, max_seq_len: int | None = None
+    ) -> None:
+        assert len(weights.layers) == cfg.num_hidden_layers, "weights do not match the config"
+        self.cfg = cfg
+        self.weights = weights
+        self.ops = ops
+        self.max_seq_len = max_seq_len or cfg.max_position_embeddings
+        self.cos, self.sin = rope_table(
+            cfg.head_dim, cfg.rope_theta, self.max_seq_len, weights.device
+        )  # [P, D/2] float32 each
+        self.scale = cfg.head_dim**-0.5
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.dtype
+
+    def new_cache(self, batch: int, max_seq_len: int) -> KVCache:
+        assert max_seq_len <= self.max_seq_len, (max_seq_len, self.max_seq_len)
+        return KVCache.allocate(self.cfg, batch, max_seq_len, self.device, self.dtype)
+
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """ids [B, T] int64 (right-padded), lengths [B] int64 (1..T) -> logits [B, V] float32.
+
+        Writes cache positions 0..T-1 of rows 0..B-1 (padding writes junk past each length)."""
+        B, T = ids.shape
+        assert cache.max_seq_len >= T, (
+            f"prompt of {T} tokens exceeds the cache's {cache.max_seq_len}"
+        )
+        positions = torch.arange(T, device=ids.device, dtype=torch.int32).expand(B, T)
+        scale = self.scale
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return self.ops.prefill_attention(q, k[:B], v[:B], scale)
+
+        normed = self._layers(ids, positions.contiguous(), cache, attend)  # [B*T, H]
+        last = torch.arange(B, device=ids.device) * T + (lengths - 1)  # [B] row of last token
+        return self.ops.logits(normed[last], self.weights.lm_head)
+
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        seq_lens: torch.Tensor,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """tokens [B] int64, positions [B] int32, seq_lens [B] int32 (= positions + 1)
+        -> logits [B, V] float32. Writes cache position positions[b] of row b."""
+        B = tokens.shape[0]
+        assert cache.batch == B, (B, cache.batch)
+        cfg, scale = self.cfg, self.scale
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            q3 = q.view(B, cfg.num_attention_heads, cfg.head_dim)  # [B, Hq, D]
+            return self.ops.decode_attention(q3, k, v, seq_lens, scale).reshape(q.shape)
+
+        normed = self._layers(tokens.view(B, 1), positions.view(B, 1), cache, attend)  # [B, H]
+        return self.ops.logits(normed, self.weights.lm_head)
+
+    def _layers(
+        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, attend: Attend
+    ) -> torch.Tensor:
+        """ids [B, T], positions [B, T] int32 -> final-normed hidden states [B*T, H]."""
+        ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
+        B, T = ids.shape
+        N = B * T
+        h = ops.embed(w.embed_tokens, ids.reshape(N))  # [N, H]
+        normed = ops.rms_norm(h, w.layers[0].input_norm, eps)
+        for i, layer in enumerate(w.layers):
+            qkv = ops.linear(normed, layer.qkv_proj)  # [N, (Hq+2Hkv)*D]
+            q = ops.qk_norm_rope_append(
+                qkv.view(B, T, -1), layer.q_norm, layer.k_norm, self.cos, self.sin,
+                positions, cache.k[i], cache.v[i], eps,
+            )  # fmt: skip
+            attn = attend(q, cache.k[i], cache.v[i])  # [B, T, Hq, D]
+            o = ops.linear(attn.reshape(N, -1), layer.o_proj)  # [N, H]
+            h, normed = ops.residual_add(o, h, layer.post_attn_norm, eps)
+            act = ops.silu_mul(ops.linear(normed, layer.gate_up_proj))  # [N, I]
+            down = ops.linear(act, layer.down_proj)  # [N, H]
+            after = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
+            h, normed = ops.residual_add(down, h, after, eps)
+        return normed

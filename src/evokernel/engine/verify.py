@@ -1,0 +1,213 @@
+"""Check the engine against Hugging Face transformers, step by step, in KL divergence.
+
+The reference (transformers' Qwen3, eager attention, the engine's dtype and device) decodes
+`steps` tokens greedily from the prompt. The engine is teacher-forced on those tokens: it
+prefills the prompt, then runs its decode path (the CUDA graph on CUDA) feeding the
+reference's tokens, so both produce logits for the same contexts. Per step, in float64 over
+the whole vocabulary: KL(ref || ours) and whether the argmaxes agree.
+
+Pass: kl_mean < threshold (1e-5 in float32, 1e-3 in bfloat16/float16) and every logit finite.
+
+In bfloat16 the same-dtype reference carries its own rounding noise, so when the dtype is
+not float32 we also run transformers in float32 on the same tokens (one forward pass) and
+report KL(fp32 || ours) next to KL(fp32 || transformers in our dtype): the engine should be
+about as close to the float32 model as transformers itself is. Those figures inform; the
+pass/fail test is against the same-dtype reference.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.engine.graph import DecodeRunner
+from evokernel.engine.loading import load_engine
+from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.errors import ConfigError, EvokernelError
+
+THRESHOLDS: dict[torch.dtype, float] = {
+    torch.float32: 1e-5,
+    torch.bfloat16: 1e-3,
+    torch.float16: 1e-3,
+}
+
+
+@dataclass
+class VerifyResult:
+    kl_mean: float
+    kl_max: float
+    argmax_agreement: float
+    steps: int
+    device: str
+    dtype: str
+    threshold: float
+    passed: bool
+    reason: str  # empty when passed
+    prompt_len: int
+    cuda_graph: bool
+    ops: dict[str, str] = field(default_factory=dict)
+    kl_per_step: list[float] = field(default_factory=list)
+    fp32_kl_mean: float | None = None  # KL(transformers fp32 || ours)
+    fp32_kl_mean_ref: float | None = None  # KL(transformers fp32 || transformers in dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_prompt(vocab_size: int, length: int = 16) -> list[int]:
+    """A fixed, spread-out prompt of valid ids (the same for every run)."""
+    return [(7 + 7919 * i) % vocab_size for i in range(length)]
+
+
+def kl_and_agreement(ref: torch.Tensor, ours: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ref, ours [N, V] logits -> (KL(ref || ours) [N] float64, argmax equal [N] bool)."""
+    ref64, ours64 = ref.double(), ours.double()
+    log_p = torch.log_softmax(ref64, dim=-1)
+    log_q = torch.log_softmax(ours64, dim=-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+    return kl, ref64.argmax(dim=-1) == ours64.argmax(dim=-1)
+
+
+def load_reference(model_dir: str | Path, device: str, dtype: torch.dtype) -> Any:
+    try:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        raise EvokernelError("verify needs transformers (pip install 'evokernel[ref]')") from None
+    hf_logging.disable_progress_bar()
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtype, attn_implementation="eager"
+    )
+    return model.to(device).eval()
+
+
+def reference_greedy(hf: Any, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
+    """transformers greedy decoding -> (tokens [steps], logits [steps, V] float64 on CPU)."""
+    device = next(hf.parameters()).device
+    ids = torch.tensor([prompt], device=device)
+    tokens: list[int] = []
+    logits: list[torch.Tensor] = []
+    with torch.inference_mode():
+        out = hf(input_ids=ids, use_cache=True)
+        for i in range(steps):
+            last = out.logits[0, -1]
+            logits.append(last.to("cpu", torch.float64))
+            tokens.append(int(last.argmax()))
+            if i + 1 < steps:
+                nxt = torch.tensor([[tokens[-1]]], device=device)
+                out = hf(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+    return tokens, torch.stack(logits)
+
+
+def reference_forced(hf: Any, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """One transformers forward over prompt + tokens[:-1] -> logits [len(tokens), V] float64."""
+    device = next(hf.parameters()).device
+    ids = torch.tensor([prompt + tokens[:-1]], device=device)
+    with torch.inference_mode():
+        out = hf(input_ids=ids, use_cache=False)
+    return out.logits[0, len(prompt) - 1 :].to("cpu", torch.float64)
+
+
+def engine_forced(
+    model: Qwen3Model, prompt: list[int], tokens: list[int], use_graph: bool | None = None
+) -> tuple[torch.Tensor, bool]:
+    """The engine's logits for the same contexts: prefill the prompt, then decode step by step
+    feeding `tokens` -> (logits [len(tokens), V] float64 on CPU, whether a CUDA graph ran)."""
+    dev = model.device
+    graph = dev.type == "cuda" if use_graph is None else use_graph
+    L = len(prompt)
+    with torch.inference_mode():
+        cache = model.new_cache(1, L + len(tokens))
+        runner = DecodeRunner(model, cache, use_graph=graph, greedy=False)
+        ids = torch.tensor([prompt], device=dev)
+        logits = [
+            model.prefill(ids, torch.tensor([L], device=dev), cache)[0].to("cpu", torch.float64)
+        ]
+        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev))
+        for i in range(1, len(tokens)):
+            logits.append(runner.step()[0].to("cpu", torch.float64))
+            runner.feed(torch.tensor(tokens[i : i + 1], device=dev))
+    return torch.stack(logits), runner.uses_graph
+
+
+def compare(
+    model: Qwen3Model,
+    hf: Any,
+    prompt: list[int],
+    steps: int,
+    threshold: float | None = None,
+    hf_fp32: Any = None,
+    use_graph: bool | None = None,
+) -> VerifyResult:
+    """Verify `model` against the loaded transformers model `hf` (same weights)."""
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    thr = THRESHOLDS[model.dtype] if threshold is None else threshold
+    ref_tokens, ref_logits = reference_greedy(hf, prompt, steps)
+    ours, graphed = engine_forced(model, prompt, ref_tokens, use_graph)
+    kl, agree = kl_and_agreement(ref_logits, ours)
+    kl_mean, kl_max = float(kl.mean()), float(kl.max())
+    finite = bool(torch.isfinite(ours).all())
+    passed = finite and kl_mean < thr
+    dtype = str(model.dtype).removeprefix("torch.")
+    if not finite:
+        reason = "the engine produced non-finite logits"
+    elif not passed:
+        reason = f"KL mean {kl_mean:.3g} >= threshold {thr:g} ({dtype} on {model.device.type})"
+    else:
+        reason = ""
+    result = VerifyResult(
+        kl_mean=kl_mean,
+        kl_max=kl_max,
+        argmax_agreement=float(agree.double().mean()),
+        steps=steps,
+        device=model.device.type,
+        dtype=dtype,
+        threshold=thr,
+        passed=passed,
+        reason=reason,
+        prompt_len=len(prompt),
+        cuda_graph=graphed,
+        ops=dict(model.ops.origin),
+        kl_per_step=[float(x) for x in kl],
+    )
+    if hf_fp32 is not None:
+        truth = reference_forced(hf_fp32, prompt, ref_tokens)
+        result.fp32_kl_mean = float(kl_and_agreement(truth, ours)[0].mean())
+        result.fp32_kl_mean_ref = float(kl_and_agreement(truth, ref_logits)[0].mean())
+    return result
+
+
+def verify(
+    model_dir: str | Path,
+    device: str | None = None,
+    dtype: torch.dtype | str | None = None,
+    ops: str = "torch",
+    steps: int = 32,
+    prompt: list[int] | None = None,
+    threshold: float | None = None,
+    fp32_reference: bool | None = None,
+) -> VerifyResult:
+    """Load the engine and transformers from `model_dir` and compare them (see module doc)."""
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    model = load_engine(model_dir, device, dtype, ops)
+    ids = prompt or default_prompt(model.cfg.vocab_size)
+    bad = [t for t in ids if not 0 <= t < model.cfg.vocab_size]
+    if bad:
+        raise ConfigError(f"prompt token id {bad[0]} is outside [0, {model.cfg.vocab_size})")
+    dev = model.device.type
+    hf = load_reference(model_dir, dev, model.dtype)
+    want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference
+    hf_fp32 = load_reference(model_dir, dev, torch.float32) if want_fp32 else None
+    try:
+        return compare(model, hf, ids, steps, threshold, hf_fp32)
+    finally:
+        del hf, hf_fp32
+        gc.collect()
+        if dev == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,17 @@
+"""Launch-size arithmetic for launchers that must not import triton at module level.
+
+`import triton` defines triton.language's own jit helpers, so it may only happen after
+`evokernel.device.prepare()` has chosen the Triton mode; launchers import kernels (and with
+them triton) inside their functions, and use these helpers for grid and block sizes.
+"""
+
+from __future__ import annotations
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
