@@ -36,15 +36,19 @@ DESCRIPTION = (
     "the lm_head (1024 -> 151936) is a pure bandwidth test."
 )
 
-# Tolerances (see docs/tasks.md; emulations in tests/tasks/test_tolerances.py). With float32
-# accumulation the error is set by rounding y to the output dtype:
-#   float32   ~1e-7 rel L2; the same math on float16-rounded inputs ~3e-4: 1e-5 separates.
-#   float16   ~3e-4 rel L2 (max-abs-rel ~5e-4); bfloat16 arithmetic ~2e-3: 1e-3.
-#   bfloat16  ~2e-3 rel L2 (max-abs-rel ~4e-3); float8 (e4m3) arithmetic ~3e-2: 1e-2.
+# Tolerances: worst case over the public and hidden scenarios of both devices, seeds 0-2, of
+# float32-accumulating emulations (docs/tasks.md; tests/tasks/test_tolerances.py re-checks the
+# CPU side). With float32 accumulation the error is the rounding of y (unit roundoff u).
+#   float32   correct: rel L2 <= 3e-7, max-abs-rel <= 5.5e-7. The same math on float16-rounded
+#             inputs: >= 1.6e-4 / 1.3e-4. 1e-5 rejects it with a 10x margin.
+#   float16   correct (u = 4.9e-4): <= 3.5e-4 / 4.5e-4; bfloat16 arithmetic: >= 1.2e-3 / 1.2e-3.
+#             (1e-3, 2e-3) passes correct kernels with a 3-4x margin.
+#   bfloat16  correct (u = 3.9e-3, which bounds it): <= 3.0e-3 / 3.6e-3; float8 (e4m3)
+#             arithmetic: >= 2.3e-2 / 2.3e-2. (1e-2, 2e-2) sits between.
 TOLERANCES = {
     torch.float32: Tolerance(rel_l2=1e-5, max_abs_rel=1e-5),
     torch.float16: Tolerance(rel_l2=1e-3, max_abs_rel=2e-3),
-    torch.bfloat16: Tolerance(rel_l2=1e-2, max_abs_rel=1.5e-2),
+    torch.bfloat16: Tolerance(rel_l2=1e-2, max_abs_rel=2e-2),
 }
 
 _REF_ROWS = 8192  # weight rows per float64 chunk of the reference (64 MB at K = 1024)

@@ -1,0 +1,140 @@
+"""Ahead-of-time compile of the seed candidates' kernels for an H100 (sm_90), no GPU needed.
+
+The interpreter never compiles a kernel, so what only the compiler sees (types of loop-carried
+values, layouts, shared memory beyond the 227 KB an H100 block may use) would first show on
+the GPU. `python tests/tasks/seed_compile.py [--all]` compiles the knob combinations given
+(default: the resource corners; --all: every declared combination) and prints one line per
+kernel. It must run without TRITON_INTERPRET.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from evokernel.evolve.blocks import parse_knobs, set_knobs
+from evokernel.tasks import get_task
+
+H100_SHARED = 232_448  # bytes of shared memory one block may use on sm_90
+TARGET = GPUTarget("cuda", 90, 32)
+_DIR = Path(tempfile.mkdtemp(prefix="seed_compile_"))
+_done: dict[str, int] = {}  # compile key -> shared bytes: knob combinations share kernels
+
+
+def _load(task_name: str, knobs: dict[str, Any]):
+    source = set_knobs(get_task(task_name).seed_candidate.read_text(), knobs)
+    name = f"seed_{task_name}_" + "_".join(f"{k}{v}" for k, v in knobs.items())
+    path = _DIR / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compile(fn, sig: dict[str, str], consts: dict[str, Any], warps: int, stages: int) -> int:
+    """Compile with every pointer and stride 16-divisible (as real launches are); returns the
+    shared memory the kernel needs."""
+    key = f"{fn.__name__} {sig} {consts} {warps} {stages}"
+    if key in _done:
+        return _done[key]
+    aligned = [n for n, t in sig.items() if t.startswith("*") or n.startswith("stride")]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    src = ASTSource(fn, dict(sig, **dict.fromkeys(consts, "constexpr")), consts, attrs)
+    out = triton.compile(src, target=TARGET, options={"num_warps": warps, "num_stages": stages})
+    assert "cubin" in out.asm, fn.__name__
+    shared = int(out.metadata.shared)
+    assert shared <= H100_SHARED, f"{fn.__name__} {consts}: {shared} B of shared memory"
+    _done[key] = shared
+    return shared
+
+
+def compile_attention(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
+    """`shapes`: also a 5:1 group with D=64 (else Qwen3's 2:1, D=128 only)."""
+    m = _load("gqa_decode_attention", knobs)
+    p = "*" + dtype
+    part = "*fp32" if m.SPLIT > 1 else p
+    strides = ["qb", "qh", "kb", "kh", "ks", "vb", "vh", "vs", "ob", "oh"]
+    sig = {"q_ptr": p, "k_ptr": p, "v_ptr": p, "seq_lens_ptr": "*i32", "out_ptr": p}
+    sig |= {"part_ptr": part, "lse_ptr": part, "scale": "fp32", "HQ": "i32"}
+    sig |= {f"stride_{s}": "i32" for s in strides}
+    lines = []
+    for group, d in ((2, 128), (5, 64))[: 2 if shapes else 1]:
+        consts = {"GROUP": group, "D": d, "BLOCK_D": d, "BLOCK_N": m.BLOCK_N, "SPLIT": m.SPLIT}
+        shared = _compile(m._decode_split, sig, consts, m.NUM_WARPS, m.NUM_STAGES)
+        lines.append(f"_decode_split {dtype} {consts} warps={m.NUM_WARPS}: {shared} B shared")
+    if m.SPLIT > 1:
+        csig = {"seq_lens_ptr": "*i32", "part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p}
+        csig |= {"HQ": "i32", "stride_ob": "i32", "stride_oh": "i32"}
+        consts = {"D": 128, "BLOCK_D": 128, "SPLIT": m.SPLIT}
+        shared = _compile(m._decode_combine, csig, consts, 4, 1)
+        lines.append(f"_decode_combine {dtype} {consts}: {shared} B shared")
+    return lines
+
+
+def compile_linear(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
+    m = _load("decode_linear", knobs)
+    p = "*" + dtype
+    y = "*fp32" if m.SPLIT_K > 1 else p
+    sig = {"x_ptr": p, "w_ptr": p, "y_ptr": y, "M": "i32", "N": "i32", "K": "i32"}
+    sig |= {"k_per_split": "i32", "stride_xm": "i32", "stride_wn": "i32"}
+    sig |= {"stride_ym": "i32", "stride_ys": "i32"}
+    consts = {"IEEE": dtype == "fp32", "BLOCK_M": m.BLOCK_M, "BLOCK_N": m.BLOCK_N}
+    consts["BLOCK_K"] = m.BLOCK_K
+    shared = _compile(m._linear_tile, sig, consts, m.NUM_WARPS, m.NUM_STAGES)
+    lines = [f"_linear_tile {dtype} {consts} warps={m.NUM_WARPS}: {shared} B shared"]
+    if m.SPLIT_K > 1:
+        rsig = {"part_ptr": "*fp32", "y_ptr": p, "MN": "i32"}
+        consts = {"SPLIT_K": m.SPLIT_K, "BLOCK": 1024}
+        shared = _compile(m._splitk_reduce, rsig, consts, 4, 1)
+        lines.append(f"_splitk_reduce {dtype} {consts}: {shared} B shared")
+    return lines
+
+
+COMPILERS = {"gqa_decode_attention": compile_attention, "decode_linear": compile_linear}
+
+
+def corners(task_name: str) -> list[dict[str, Any]]:
+    """The seed's knobs, and every combination of each knob's smallest and largest value."""
+    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
+    ends = [sorted({k.choices[0], k.choices[-1]}) for k in knobs]
+    names = [k.name for k in knobs]
+    combos = [{k.name: k.value for k in knobs}]
+    combos += [dict(zip(names, c)) for c in itertools.product(*ends)]
+    return combos
+
+
+def every(task_name: str) -> list[dict[str, Any]]:
+    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
+    names = [k.name for k in knobs]
+    return [dict(zip(names, c)) for c in itertools.product(*(k.choices for k in knobs))]
+
+
+def run(full: bool) -> list[str]:
+    """Corners in bfloat16 (quick), or every combination in bfloat16 and float16 on two shapes."""
+    lines = []
+    for task_name, compile_fn in COMPILERS.items():
+        for knobs in (every if full else corners)(task_name):
+            for dtype in ("bf16", "fp16") if full else ("bf16",):
+                lines += [f"{task_name} {line}" for line in compile_fn(knobs, dtype, full)]
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    for line in run("--all" in argv):
+        print(line, flush=True)
+    print("compiled")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
