@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,11 +17,13 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Qwen3-0.6B's exact shapes with 3 layers (vocab 151936, 16:8 heads, head_dim 128)."""
-    return write_random_checkpoint(
+    path = write_random_checkpoint(
         tmp_path_factory.mktemp("mid"), preset="qwen3-0.6b", seed=1, layers=3
     )
+    yield path
+    shutil.rmtree(path)  # 400 MB: do not leave it in pytest's kept temp dirs
 
 
 @pytest.fixture

@@ -49,6 +49,31 @@ def test_loads_what_transformers_loads(variant: str, tmp_path: Path) -> None:
     assert (model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()) == tied
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_loads_what_transformers_saves(tied: bool, tmp_path: Path) -> None:
+    from transformers import Qwen3Config as HFConfig
+    from transformers import Qwen3ForCausalLM
+
+    hf_cfg = HFConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(hf_cfg).to(torch.float16)
+    model.save_pretrained(tmp_path, max_shard_size="40KB")  # several shards + index
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    cfg, w = load_model(tmp_path, "cpu", torch.float16)
+    assert (cfg.gqa_ratio, cfg.dtype, cfg.rope_theta) == (3, "float16", 10000.0)
+    assert (w.lm_head is w.embed_tokens) == tied
+    assert_matches_hf(model, w, cfg)
+
+
 def test_packed_rows_hold_q_k_v_and_gate_up_in_order(tiny_dir: Path) -> None:
     cfg, w = load_model(tiny_dir, "cpu", torch.float32)
     raw = load_file(tiny_dir / "model.safetensors")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,10 @@ def kb(field):
 if sys.argv[3] == "keep-pages":
     safetensors_io.TensorMap.release = lambda self, name, rows=None: None
 device = sys.argv[2]
+if device == "cuda":
+    # CUDA's own host memory (context, libraries) is not the loader's: start it first.
+    torch.ones(8, dtype=torch.float16).to(device).to(torch.bfloat16)
+    torch.cuda.synchronize()
 before = kb("VmRSS")
 cfg, w = load_model(sys.argv[1], device, torch.bfloat16)
 if device == "cuda":
@@ -37,11 +43,13 @@ print(json.dumps({"before": before, "peak": kb("VmHWM"), "weights": w.nbytes()})
 
 
 @pytest.fixture(scope="module")
-def layer_heavy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def layer_heavy_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Qwen3-0.6B layer shapes, 12 layers, small vocab: ~385 MB, largest tensor 6 MB."""
-    return write_random_checkpoint(
+    path = write_random_checkpoint(
         tmp_path_factory.mktemp("heavy"), "qwen3-0.6b", layers=12, vocab=4096, tokenizer=False
     )
+    yield path
+    shutil.rmtree(path)
 
 
 def _peak_extra(model_dir: Path, device: str, mode: str) -> tuple[float, int]:

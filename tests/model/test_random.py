@@ -4,7 +4,9 @@ far from flat when transformers runs them."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,10 @@ from safetensors.torch import load_file
 
 from evokernel.errors import ConfigError
 from evokernel.model.config import Qwen3Config
+from evokernel.model.loader import load_model
 from evokernel.model.presets import PRESETS
-from evokernel.model.random import init_stats, write_random_checkpoint
+from evokernel.model.random import BLOCK, _random_tensor, init_stats, write_random_checkpoint
+from evokernel.model.safetensors_io import TensorSpec
 from evokernel.model.weights import hf_shapes
 
 
@@ -135,6 +139,28 @@ def test_tokenizer_round_trips_text_with_both_libraries(tiny_dir: Path) -> None:
     assert hf.decode(ids) == text
 
 
+def test_qwen_sized_vocab_keeps_qwen_special_ids(mid_dir: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(mid_dir / "tokenizer.json"))
+    assert tok.encode("<|endoftext|><|im_start|>hi<|im_end|>").ids == [
+        151643,
+        151644,
+        104,
+        105,
+        151645,
+    ]
+
+
+def test_values_do_not_depend_on_thread_count() -> None:
+    spec = TensorSpec("model.embed_tokens.weight", torch.bfloat16, (3 * BLOCK // 1000 + 7, 1000))
+    with ThreadPoolExecutor(1) as one, ThreadPoolExecutor(4) as four:
+        a = _random_tensor(spec, 0.0, 1.0, 11, one)
+        b = _random_tensor(spec, 0.0, 1.0, 11, four)
+    assert torch.equal(a, b)
+    assert abs(a.float().std().item() - 1.0) < 0.01
+
+
 def test_init_scales_follow_the_documented_rule() -> None:
     cfg = Qwen3Config(**PRESETS["qwen3-0.6b"])
     assert init_stats("model.embed_tokens.weight", cfg) == (0.0, 1024**-0.5)
@@ -181,3 +207,17 @@ def test_full_qwen3_06b_writes_fast_and_stays_finite_in_bf16(tmp_path: Path) -> 
     assert seconds < 30, f"writing the 0.6B checkpoint took {seconds:.1f} s"
     stats = _check_logits(path, torch.bfloat16, length=8)
     assert stats["entropy_mean"] < 4.0, stats
+    shutil.rmtree(path)  # 1.2 GB: do not leave it in pytest's kept temp dirs
+
+
+@pytest.mark.gpu
+def test_full_qwen3_06b_loads_onto_cuda(tmp_path: Path) -> None:
+    path = write_random_checkpoint(tmp_path, "qwen3-0.6b", seed=0)
+    start = time.perf_counter()
+    cfg, w = load_model(path, "cuda", torch.bfloat16)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    assert w.nbytes() == 1_192_099_840 and w.lm_head is w.embed_tokens
+    assert len(w.layers) == cfg.num_hidden_layers == 28
+    assert seconds < 30, f"loading 1.19 GB onto the GPU took {seconds:.1f} s"
+    shutil.rmtree(path)

@@ -21,7 +21,6 @@ as the head); different values -> a separate head, loaded like an untied checkpo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 
 from evokernel.errors import CheckpointError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import Qwen3Config, read_json_object
 from evokernel.model.safetensors_io import (
     TORCH_DTYPES,
     Header,
@@ -183,12 +182,7 @@ def _read_sharded(
 
 
 def _read_index(index: Path) -> dict[str, str]:
-    try:
-        data = json.loads(index.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        msg = str(err).splitlines()[0]
-        raise CheckpointError(f"{index}: not valid JSON ({msg})") from None
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    weight_map = read_json_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: missing or empty 'weight_map' object")
     for name, shard in weight_map.items():

@@ -163,13 +163,7 @@ class Qwen3Config:
         path = Path(model_dir) / "config.json"
         if not path.is_file():
             raise CheckpointError(f"{model_dir}: no config.json")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{path}: expected a JSON object")
-        cfg = cls.from_hf_dict(data, source=str(path))
+        cfg = cls.from_hf_dict(read_json_object(path), source=str(path))
         extra = read_generation_eos(model_dir)
         merged = cfg.eos_token_ids + tuple(i for i in extra if i not in cfg.eos_token_ids)
         if merged == cfg.eos_token_ids:
@@ -241,13 +235,21 @@ def read_generation_eos(model_dir: str | Path) -> tuple[int, ...]:
     path = Path(model_dir) / GENERATION_CONFIG
     if not path.is_file():
         return ()
+    data = read_json_object(path)
+    return _token_ids(data.get("eos_token_id"), str(path))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`; unreadable or malformed files are one-line CheckpointErrors."""
     try:
         data = json.loads(path.read_text())
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
-    return _token_ids(data.get("eos_token_id"), str(path))
+    return data
 
 
 def _token_ids(value: object, source: str) -> tuple[int, ...]:
