@@ -85,8 +85,20 @@ def test_rewriting_replaces_a_previous_layout(tmp_path: Path) -> None:
 
 def test_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="not empty and holds no checkpoint"):
+    with pytest.raises(ConfigError, match="not empty and holds no checkpoint written by"):
         write_random_checkpoint(tmp_path, "tiny")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_never_overwrites_a_real_checkpoint(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    written = write_random_checkpoint(tmp_path, "tiny")
+    save_file({"x": torch.ones(2)}, str(written / "model.safetensors"), metadata={"format": "pt"})
+    before = (written / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="refusing to write there"):
+        write_random_checkpoint(written, "tiny")
+    assert (written / "model.safetensors").read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "override the preset's values."
         ),
     )
-    r.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (created if missing)")
+    r.add_argument(
+        "out_dir",
+        metavar="OUT_DIR",
+        help="directory to write: new, empty, or holding a checkpoint this command wrote",
+    )
     r.add_argument(
         "--preset",
         choices=tuple(PRESETS),

@@ -53,7 +53,7 @@ from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE
 from evokernel.model.config import CONFIG_LAYOUTS, GENERATION_CONFIG, Qwen3Config
 from evokernel.model.loader import resolve_dtype
 from evokernel.model.presets import MIN_VOCAB, PRESETS, special_token_ids
-from evokernel.model.safetensors_io import TensorSpec, write_file
+from evokernel.model.safetensors_io import TensorSpec, read_header, write_file
 from evokernel.model.tokenizer import write_byte_tokenizer
 from evokernel.model.weights import hf_shapes
 
@@ -69,7 +69,9 @@ ATTN_OUT_RMS = 0.5
 SILU_GLU_RMS = 0.596  # sqrt(E[silu(z)^2]) for z ~ N(0, 1), times the RMS-1 up projection
 QK_NORM_MEAN = 1.6
 NORM_NOISE = 0.1
+GENERATOR = "evokernel model random"  # safetensors metadata: marks files safe to overwrite
 BLOCK = 1 << 22  # elements drawn from one generator (blocks are drawn in parallel)
+METADATA = {"format": "pt", "generator": GENERATOR}
 
 
 @dataclass(frozen=True)
@@ -120,12 +122,12 @@ def _write_weights(
     produce: Callable[[TensorSpec], torch.Tensor],
 ) -> None:
     if len(groups) == 1:
-        write_file(out / SINGLE_FILE, specs, produce)
+        write_file(out / SINGLE_FILE, specs, produce, METADATA)
     else:
         weight_map: dict[str, str] = {}
         for k, group in enumerate(groups):
             name = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
-            write_file(out / name, group, produce)
+            write_file(out / name, group, produce, METADATA)
             weight_map |= {s.name: name for s in group}
         index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
         (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
@@ -228,15 +230,30 @@ def _split(specs: list[TensorSpec], shards: int) -> list[list[TensorSpec]]:
 
 
 def _prepare(out: Path) -> Path:
+    """Create `out`, or clear the weights of a random checkpoint written there before.
+
+    Anything else in a non-empty directory (a real checkpoint above all) is left alone.
+    """
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
-        raise ConfigError(f"{out}: not empty and holds no checkpoint; refusing to write there")
     out.mkdir(parents=True, exist_ok=True)
-    stale = [out / SINGLE_FILE, out / INDEX_FILE, *out.glob("model-*-of-*.safetensors")]
-    for path in stale:
+    weights = [out / SINGLE_FILE, *sorted(out.glob("model-*-of-*.safetensors"))]
+    weights = [w for w in weights if w.is_file()]
+    if any(out.iterdir()) and not (weights and all(map(_written_here, weights))):
+        raise ConfigError(
+            f"{out}: not empty and holds no checkpoint written by `evokernel model random`; "
+            "refusing to write there"
+        )
+    for path in [*weights, out / INDEX_FILE]:
         path.unlink(missing_ok=True)
     return out
+
+
+def _written_here(path: Path) -> bool:
+    try:
+        return read_header(path).metadata.get("generator") == GENERATOR
+    except CheckpointError:
+        return False
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
