@@ -24,16 +24,30 @@ def test_tallies_per_model_and_total():
     assert (total.requests, total.attempts, total.tokens, total.cost_usd) == (3, 6, 47, 1.5)
 
 
-def test_reservations_block_concurrent_overspend():
+def test_requests_in_flight_make_the_next_one_wait_not_fail():
     acc = Accounting(LLMBudget(tokens=1000))
-    first = acc.reserve(M, 300, 300)  # 100 + 300
-    second = acc.reserve(M, 300, 300)  # 800 reserved
-    with pytest.raises(BudgetExceeded, match="800 reserved"):
-        acc.reserve(M, 300, 300)
+    first = acc.reserve(M, 300, 300)  # worst case 100 + 300
+    second = acc.reserve(M, 300, 300)  # 800 reserved: a third does not fit yet
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(acc.reserve(M, 300, 300)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not got
     acc.settle(first, Usage("m", 100, 50), attempts=1, wall_s=0.1, failed=False)
+    waiter.join(2.0)
+    assert not waiter.is_alive() and len(got) == 1  # 150 spent + 400 + 400 reserved fits
     acc.settle(second, None, attempts=3, wall_s=0.1, failed=True)
-    acc.reserve(M, 300, 300)  # 150 spent + 400 fits again
     assert acc.total().failures == 1
+
+
+def test_a_request_that_can_never_fit_fails_at_once():
+    acc = Accounting(LLMBudget(tokens=1000))
+    res = acc.reserve(M, 300, 300)
+    acc.settle(res, Usage("m", 500, 200), attempts=1, wall_s=0.1, failed=False)
+    with pytest.raises(
+        BudgetExceeded, match="700 of 1000 tokens spent; the next request may need 400"
+    ):
+        acc.reserve(M, 300, 300)
 
 
 def test_checkpoint_round_trip_keeps_spending():

@@ -1,10 +1,12 @@
 """Tokens, money and wall time per model and per run, and the budget that stops a run.
 
 Thread-safe: every method takes one lock. The client calls `reserve` before it sends a request
-and `settle` when the request is over (answered or failed). `reserve` raises `BudgetExceeded`
-when what is spent, plus what requests in flight may still spend, plus this request's worst
-case (its prompt at 3 characters per token and the full `max_tokens` answer) would pass a limit.
-So a run stops before it crosses its budget, unless an answer's true usage beats the estimate.
+and `settle` when the request is over (answered or failed). A request's worst case is its prompt
+at 3 characters per token plus the full `max_tokens` answer. `reserve` raises `BudgetExceeded`
+when what is spent plus that worst case would pass a limit; when only the worst cases of the
+requests in flight stand in the way, it waits for one of them to settle and looks again. So a
+run never crosses its budget (unless an answer's true usage beats the estimate), and requests
+in flight do not stop it early.
 
 Tokens come from the answer's `usage` field; an answer without one is counted at 3 characters
 per token (errs high) and marked `estimated`. Cost is tokens times the model's price per 1M.
@@ -61,6 +63,7 @@ class Accounting:
     def __init__(self, budget: LLMBudget | None = None) -> None:
         self.budget = budget or LLMBudget()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
         self._models: dict[str, Tally] = {}
         self._reserved_tokens = 0
         self._reserved_usd = 0.0
@@ -68,21 +71,27 @@ class Accounting:
     def reserve(self, model: ModelSpec, prompt_chars: int, max_tokens: int) -> Reservation:
         prompt_est = estimate_tokens(prompt_chars)
         res = Reservation(model.name, prompt_est + max_tokens, model.cost(prompt_est, max_tokens))
+        limit_t, limit_usd = self.budget.tokens, self.budget.cost_usd
         with self._lock:
-            total = self._total_locked()
-            limit_t, limit_usd = self.budget.tokens, self.budget.cost_usd
-            if limit_t and total.tokens + self._reserved_tokens + res.tokens > limit_t:
-                raise BudgetExceeded(
-                    f"token budget: {total.tokens} of {limit_t} tokens spent, "
-                    f"{self._reserved_tokens} reserved by requests in flight, "
-                    f"the next request may need {res.tokens}"
+            while True:
+                total = self._total_locked()
+                if limit_t and total.tokens + res.tokens > limit_t:
+                    raise BudgetExceeded(
+                        f"token budget: {total.tokens} of {limit_t} tokens spent; the next "
+                        f"request may need {res.tokens} (its prompt and max_tokens)"
+                    )
+                if limit_usd and total.cost_usd + res.cost_usd > limit_usd:
+                    raise BudgetExceeded(
+                        f"money budget: ${total.cost_usd:.4f} of ${limit_usd:.4f} spent; the "
+                        f"next request may cost ${res.cost_usd:.4f}"
+                    )
+                fits_t = not limit_t or total.tokens + self._reserved_tokens + res.tokens <= limit_t
+                fits_usd = not limit_usd or (
+                    total.cost_usd + self._reserved_usd + res.cost_usd <= limit_usd
                 )
-            if limit_usd and (total.cost_usd + self._reserved_usd + res.cost_usd > limit_usd):
-                raise BudgetExceeded(
-                    f"money budget: ${total.cost_usd:.4f} of ${limit_usd:.4f} spent, "
-                    f"${self._reserved_usd:.4f} reserved by requests in flight, "
-                    f"the next request may cost ${res.cost_usd:.4f}"
-                )
+                if fits_t and fits_usd:
+                    break
+                self._settled.wait()  # requests in flight hold the room; wait for one to end
             self._reserved_tokens += res.tokens
             self._reserved_usd += res.cost_usd
         return res
@@ -110,6 +119,7 @@ class Accounting:
                 t.prompt_tokens += usage.prompt_tokens
                 t.completion_tokens += usage.completion_tokens
                 t.cost_usd += usage.cost_usd
+            self._settled.notify_all()
 
     def _total_locked(self) -> Tally:
         total = Tally()
