@@ -10,17 +10,17 @@ kernel. It must run without TRITON_INTERPRET.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import triton
+from task_checks import knob_corners, knob_space
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from evokernel.evolve.blocks import parse_knobs, set_knobs
+from evokernel.evolve.blocks import set_knobs
 from evokernel.tasks import get_task
 
 H100_SHARED = 232_448  # bytes of shared memory one block may use on sm_90
@@ -103,27 +103,11 @@ def compile_linear(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]
 COMPILERS = {"gqa_decode_attention": compile_attention, "decode_linear": compile_linear}
 
 
-def corners(task_name: str) -> list[dict[str, Any]]:
-    """The seed's knobs, and every combination of each knob's smallest and largest value."""
-    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
-    ends = [sorted({k.choices[0], k.choices[-1]}) for k in knobs]
-    names = [k.name for k in knobs]
-    combos = [{k.name: k.value for k in knobs}]
-    combos += [dict(zip(names, c)) for c in itertools.product(*ends)]
-    return combos
-
-
-def every(task_name: str) -> list[dict[str, Any]]:
-    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
-    names = [k.name for k in knobs]
-    return [dict(zip(names, c)) for c in itertools.product(*(k.choices for k in knobs))]
-
-
 def run(full: bool) -> list[str]:
     """Corners in bfloat16 (quick), or every combination in bfloat16 and float16 on two shapes."""
     lines = []
     for task_name, compile_fn in COMPILERS.items():
-        for knobs in (every if full else corners)(task_name):
+        for knobs in (knob_space if full else knob_corners)(task_name):
             for dtype in ("bf16", "fp16") if full else ("bf16",):
                 lines += [f"{task_name} {line}" for line in compile_fn(knobs, dtype, full)]
     return lines

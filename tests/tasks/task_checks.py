@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from evokernel.evolve.blocks import set_knobs
+from evokernel.evolve.blocks import parse_knobs, set_knobs
+from evokernel.tasks import get_task
 from evokernel.tasks.base import Tolerance
 
 _loaded = itertools.count()
@@ -86,3 +87,22 @@ def linear_in(inputs: dict[str, Any], compute: torch.dtype) -> torch.Tensor:
     x = inputs["x"].to(compute).float()
     w = inputs["weight"].to(compute).float()
     return (x @ w.T).to(compute).to(inputs["x"].dtype)
+
+
+def knob_space(task_name: str) -> list[dict[str, Any]]:
+    """Every combination of the seed's declared knob values."""
+    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
+    names = [k.name for k in knobs]
+    return [dict(zip(names, c)) for c in itertools.product(*(k.choices for k in knobs))]
+
+
+def knob_corners(task_name: str) -> list[dict[str, Any]]:
+    """The seed's own knobs, then every combination of each knob's first and last choice."""
+    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
+    names = [k.name for k in knobs]
+    ends = [sorted({k.choices[0], k.choices[-1]}) for k in knobs]
+    seed = {k.name: k.value for k in knobs}
+    return [
+        seed,
+        *(c for c in (dict(zip(names, e)) for e in itertools.product(*ends)) if c != seed),
+    ]

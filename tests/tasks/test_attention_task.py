@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,8 +37,9 @@ def test_inputs_are_a_function_of_scenario_seed_and_dtype():
 def test_a_fresh_process_builds_the_same_bits():
     s = _by_name("b1_ctx64")
     code = (
-        "import sys, torch; sys.path.insert(0, 'tests/tasks'); from task_checks import digest; "
-        "from evokernel.tasks import get_task; t = get_task('gqa_decode_attention'); "
+        f"import sys, torch; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from task_checks import digest; from evokernel.tasks import get_task; "
+        "t = get_task('gqa_decode_attention'); "
         "s = next(s for s in t.scenarios('cpu') if s.name == 'b1_ctx64'); "
         "print(digest(t.make_inputs(s, 42, torch.float16)))"
     )

@@ -5,13 +5,12 @@ seed's knobs and at a sample of other combinations (the extremes included)."""
 from __future__ import annotations
 
 import ast
-import itertools
 import math
 import random
 
 import pytest
 import torch
-from task_checks import load_candidate, passes
+from task_checks import knob_space, load_candidate, passes
 
 from evokernel.evolve.blocks import find_block, parse_knobs
 from evokernel.tasks import TASK_NAMES, get_task
@@ -22,14 +21,6 @@ from evokernel.tasks.base import Scenario
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array:DeprecationWarning")
 
 ALLOWED_IMPORTS = {"torch", "triton", "triton.language", "math", "functools", "typing"}
-
-
-def _space(name: str) -> list[dict]:
-    knobs = parse_knobs(get_task(name).seed_candidate.read_text())
-    return [
-        dict(zip([k.name for k in knobs], combo))
-        for combo in itertools.product(*(k.choices for k in knobs))
-    ]
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -98,7 +89,7 @@ KNOB_SCENARIOS = {
 
 
 def _sample(name: str) -> list[dict]:
-    space = _space(name)
+    space = knob_space(name)
     rng = random.Random(0)
     return [space[0], space[-1], *rng.sample(space[1:-1], 4)]
 
