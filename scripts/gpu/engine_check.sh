@@ -54,7 +54,7 @@ for name in ("verify", "verify_torch"):
         fp32 = r.get("fp32_kl_mean")
         extra = f", fp32 ours {fp32:.2e} / hf {r['fp32_kl_mean_ref']:.2e}" if fp32 is not None else ""
         print(f"{name:<16} KL mean {r['kl_mean']:.2e} max {r['kl_max']:.2e} argmax "
-              f"{r['argmax_agreement']:.3f} {'PASS' if r['passed'] else 'FAIL'}{extra}")
+              f"{r['argmax_agreement']:.3f} {'PASS ' + r['criterion'] if r['passed'] else 'FAIL'}{extra}")
 for name in ("generate", "generate_eager", "generate_torch"):
     p = out / f"engine_{name}.json"
     if p.is_file():

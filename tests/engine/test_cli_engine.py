@@ -87,7 +87,7 @@ def test_cli_subprocess_ends_with_json_and_no_traceback(tiny_fp32: Path, tmp_pat
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)  # the CLI sets the Triton mode itself
     cmd = [sys.executable, "-m", "evokernel", "generate", "--model", str(tiny_fp32),
-           "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--device", "cpu",
+           "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--device", "cpu",
            "--json"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

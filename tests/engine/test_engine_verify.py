@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from evokernel.engine.loading import load_engine
-from evokernel.engine.verify import compare, default_prompt, load_reference, verify
+from evokernel.engine.verify import _judge, compare, default_prompt, load_reference, verify
+from evokernel.model.random import write_random_checkpoint
 from evokernel.ops import reference
 from evokernel.ops.registry import OpSet
 
@@ -51,3 +52,30 @@ def test_a_broken_decode_op_fails(tiny_fp32: Path) -> None:
     assert result.kl_mean > 1e-3
     assert result.reason.startswith("KL mean") and "\n" not in result.reason
     assert result.kl_per_step[0] < 1e-9  # the first step comes from prefill, which is intact
+
+
+def test_judge_rules() -> None:
+    bf16, fp32 = torch.bfloat16, torch.float32
+    assert _judge(True, 5e-4, 1e-3, bf16, None, None) == ("kl_mean", "")
+    assert _judge(True, 5e-3, 1e-3, bf16, 9e-3, 6e-3) == ("fp32_precision", "")
+    crit, reason = _judge(True, 5e-3, 1e-3, bf16, 2e-2, 6e-3)
+    assert crit == "" and "KL vs float32" in reason
+    assert _judge(True, 5e-3, 1e-3, bf16, None, None)[0] == ""  # no float32 run: KL only
+    assert _judge(True, 2e-5, 1e-5, fp32, 1e-9, 1e-9)[0] == ""  # float32: KL only
+    assert _judge(False, 0.0, 1e-3, bf16, 0.0, 1.0) == ("", "the engine produced non-finite logits")
+
+
+def test_bf16_on_cpu_passes_by_precision_and_catches_a_bug(tmp_path: Path) -> None:
+    """bfloat16 (torch ops; the interpreter cannot run bf16 kernels) on a 4-layer model."""
+    ckpt = write_random_checkpoint(
+        tmp_path, "tiny", seed=0, dtype="bfloat16", layers=4, hidden=128, intermediate=384
+    )
+    hf = load_reference(ckpt, "cpu", torch.bfloat16)
+    hf32 = load_reference(ckpt, "cpu", torch.float32)
+    prompt = default_prompt(512)
+    good = compare(load_engine(ckpt, "cpu", torch.bfloat16, "torch"), hf, prompt, 12, hf_fp32=hf32)
+    assert good.passed, good.reason
+    assert good.fp32_kl_mean is not None and good.fp32_kl_mean_ref is not None
+    ops = OpSet.torch().replace(decode_attention=(_off_by_one_attention, "broken"))
+    bad = compare(load_engine(ckpt, "cpu", torch.bfloat16, ops), hf, prompt, 12, hf_fp32=hf32)
+    assert not bad.passed and "KL vs float32" in bad.reason

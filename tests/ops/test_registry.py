@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,17 @@ def test_seed_linear_matches_reference(device: str) -> None:
     w = torch.randn(1000, 200, generator=g).to(device)
     err = (OpSet.triton().linear(x, w) - reference.linear(x, w)).abs()
     assert err.max() < 1e-4, f"max err {err.max():.3e}, mean err {err.mean():.3e}"
+
+
+def test_engine_imports_leave_triton_unimported() -> None:
+    """`import triton` fixes the Triton mode, so it must wait for device.prepare()."""
+    code = (
+        "import sys\n"
+        "import evokernel.cli, evokernel.engine.generate, evokernel.engine.verify\n"
+        "import evokernel.ops.registry, evokernel.ops.norm, evokernel.ops.rope\n"
+        "import evokernel.ops.activation\n"
+        "evokernel.cli.build_parser()\n"
+        "assert 'triton' not in sys.modules, 'triton imported before device.prepare()'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -3,7 +3,9 @@
     evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D] [--ops torch|triton]
         [--prompt-ids 1,2,3] [--threshold X] [--fp32-ref | --no-fp32-ref] [--json]
 
-Exit 0 when the KL mean is below the threshold; 1 with a one-line reason otherwise.
+Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
+bf16/fp16 as close to the float32 model as transformers itself); 1 with a one-line reason
+otherwise.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             f"vs transformers float32: ours {result.fp32_kl_mean:.3e}, "
             f"transformers {result.dtype} {result.fp32_kl_mean_ref:.3e}"
         )
-    print("PASS" if result.passed else f"FAIL: {result.reason}")
+    print(f"PASS ({result.criterion})" if result.passed else f"FAIL: {result.reason}")
     if args.json:
         record = result.to_dict()
         record["ops_kind"] = args.ops

@@ -6,13 +6,18 @@ prefills the prompt, then runs its decode path (the CUDA graph on CUDA) feeding 
 reference's tokens, so both produce logits for the same contexts. Per step, in float64 over
 the whole vocabulary: KL(ref || ours) and whether the argmaxes agree.
 
-Pass: kl_mean < threshold (1e-5 in float32, 1e-3 in bfloat16/float16) and every logit finite.
+When the dtype is not float32, transformers also runs in float32 on the same tokens (one
+forward pass), giving KL(fp32 || ours) and KL(fp32 || transformers in our dtype).
 
-In bfloat16 the same-dtype reference carries its own rounding noise, so when the dtype is
-not float32 we also run transformers in float32 on the same tokens (one forward pass) and
-report KL(fp32 || ours) next to KL(fp32 || transformers in our dtype): the engine should be
-about as close to the float32 model as transformers itself is. Those figures inform; the
-pass/fail test is against the same-dtype reference.
+Pass (every logit finite, and):
+  * float32:         kl_mean < threshold (1e-5)
+  * bfloat16/float16: kl_mean < threshold (1e-3), or the engine is no further from the float32
+    model than transformers in the same dtype is: fp32_kl_mean <= PRECISION_FACTOR *
+    fp32_kl_mean_ref. The second test exists because a deep model in bfloat16 amplifies
+    rounding differences: two correct bf16 implementations that round at different points (an
+    attention softmax kept in float32, a different GEMM split) differ by more than 1e-3 on
+    Qwen3-0.6B shapes, while each stays as close to the float32 model as the other.
+`criterion` says which test passed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ THRESHOLDS: dict[torch.dtype, float] = {
     torch.bfloat16: 1e-3,
     torch.float16: 1e-3,
 }
+PRECISION_FACTOR = 2.0  # seen 0.66-1.36 for correct bf16 engines on CPU, >25 for broken ones
 
 
 @dataclass
@@ -47,6 +53,7 @@ class VerifyResult:
     threshold: float
     passed: bool
     reason: str  # empty when passed
+    criterion: str  # the test that passed: "kl_mean" | "fp32_precision"; empty when failed
     prompt_len: int
     cuda_graph: bool
     ops: dict[str, str] = field(default_factory=dict)
@@ -151,16 +158,16 @@ def compare(
     ours, graphed = engine_forced(model, prompt, ref_tokens, use_graph)
     kl, agree = kl_and_agreement(ref_logits, ours)
     kl_mean, kl_max = float(kl.mean()), float(kl.max())
-    finite = bool(torch.isfinite(ours).all())
-    passed = finite and kl_mean < thr
+    fp32_ours = fp32_ref = None
+    if hf_fp32 is not None:
+        truth = reference_forced(hf_fp32, prompt, ref_tokens)
+        fp32_ours = float(kl_and_agreement(truth, ours)[0].mean())
+        fp32_ref = float(kl_and_agreement(truth, ref_logits)[0].mean())
     dtype = str(model.dtype).removeprefix("torch.")
-    if not finite:
-        reason = "the engine produced non-finite logits"
-    elif not passed:
-        reason = f"KL mean {kl_mean:.3g} >= threshold {thr:g} ({dtype} on {model.device.type})"
-    else:
-        reason = ""
-    result = VerifyResult(
+    criterion, reason = _judge(
+        bool(torch.isfinite(ours).all()), kl_mean, thr, model.dtype, fp32_ours, fp32_ref
+    )
+    return VerifyResult(
         kl_mean=kl_mean,
         kl_max=kl_max,
         argmax_agreement=float(agree.double().mean()),
@@ -168,18 +175,41 @@ def compare(
         device=model.device.type,
         dtype=dtype,
         threshold=thr,
-        passed=passed,
-        reason=reason,
+        passed=bool(criterion),
+        reason=reason if not criterion else "",
+        criterion=criterion,
         prompt_len=len(prompt),
         cuda_graph=graphed,
         ops=dict(model.ops.origin),
         kl_per_step=[float(x) for x in kl],
+        fp32_kl_mean=fp32_ours,
+        fp32_kl_mean_ref=fp32_ref,
     )
-    if hf_fp32 is not None:
-        truth = reference_forced(hf_fp32, prompt, ref_tokens)
-        result.fp32_kl_mean = float(kl_and_agreement(truth, ours)[0].mean())
-        result.fp32_kl_mean_ref = float(kl_and_agreement(truth, ref_logits)[0].mean())
-    return result
+
+
+def _judge(
+    finite: bool,
+    kl_mean: float,
+    threshold: float,
+    dtype: torch.dtype,
+    fp32_ours: float | None,
+    fp32_ref: float | None,
+) -> tuple[str, str]:
+    """(criterion that passed or "", one-line reason for a failure)."""
+    name = str(dtype).removeprefix("torch.")
+    if not finite:
+        return "", "the engine produced non-finite logits"
+    if kl_mean < threshold:
+        return "kl_mean", ""
+    reason = f"KL mean {kl_mean:.3g} >= threshold {threshold:g} ({name})"
+    if dtype == torch.float32 or fp32_ours is None or fp32_ref is None:
+        return "", reason
+    if fp32_ours <= PRECISION_FACTOR * fp32_ref:
+        return "fp32_precision", ""
+    return "", (
+        f"{reason}, and KL vs float32 {fp32_ours:.3g} > {PRECISION_FACTOR:g} x "
+        f"transformers' own {fp32_ref:.3g}"
+    )
 
 
 def verify(
