@@ -28,6 +28,8 @@ WARMUP_STEPS = 3
 
 
 class DecodeRunner:
+    """Decode steps over `cache` (all B rows) from static buffers; see the module doc."""
+
     def __init__(self, model: Qwen3Model, cache: KVCache, *, use_graph: bool, greedy: bool) -> None:
         B, device = cache.batch, cache.device
         assert not use_graph or device.type == "cuda", "CUDA graphs need a CUDA cache"
