@@ -1,0 +1,56 @@
+"""The GPU check's last lines: one short table of every section's figures, read from the
+JSON files the sections wrote under OUT. Missing files are reported, not guessed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def main(out: Path) -> None:
+    print("\n===== GPU check summary =====")
+    env = _load(out / "env.json") or {}
+    if env:
+        print(
+            f"GPU {env.get('gpu')} | driver {env.get('driver')} | torch {env.get('torch')} | "
+            f"triton {env.get('triton')} | copy {env.get('copy_gbs')} GB/s"
+        )
+    sections = out / "sections.jsonl"
+    if sections.exists():
+        for line in sections.read_text().splitlines():
+            s = json.loads(line)
+            print(f"  section {s['section']:<10} rc={s['rc']:<3} {s['wall_s']:>5} s")
+    for name in ("verify", "verify_torch"):
+        v = _load(out / f"engine_{name}.json")
+        if v:
+            print(
+                f"  {name:<16} KL mean {v.get('kl_mean'):.3g} max {v.get('kl_max'):.3g} "
+                f"argmax {v.get('argmax_agreement')} passed={v.get('passed')}"
+            )
+    for name in ("generate", "generate_eager", "generate_torch"):
+        g = _load(out / f"engine_{name}.json")
+        if g:
+            print(
+                f"  {name:<16} decode {g.get('decode_tok_s', 0):.1f} tok/s, "
+                f"prefill {g.get('prefill_ms', 0):.2f} ms"
+            )
+    ev = _load(out / "evaluator_check.json")
+    if ev and "table" in ev:
+        for row in ev["table"]:
+            print("  " + row)
+    evo = _load(out / "evolve_bench.json")
+    if evo and "table" in evo:
+        for row in evo["table"]:
+            print("  " + row)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "out"))
