@@ -102,8 +102,9 @@ class FakeProblem:
         self.interface = "def entry(x)"
         self.description = "toy problem"
         self.regimes = ["short", "long"]
-        self.scenarios = [n for n, _ in SCENARIOS]
+        self.scenarios = list(SCENARIOS)
         self.timed = device == "cuda"
+        self.fitness_kind = "speedup" if self.timed else "correctness"
         self.fitness_label = fit.fitness_label(device)
         self.delay_s = delay_s
         self.evaluated: list[str] = []

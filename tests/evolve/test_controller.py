@@ -145,11 +145,31 @@ class JitterProblem(FakeProblem):
         return super().evaluate(code, slot=slot)
 
 
+class SlowMutator(KnobMutator):
+    """Proposals (like LLM calls) take a random time and overlap evaluations."""
+
+    def propose(self, ctx: MutationContext) -> Proposal:
+        import time
+
+        proposal = super().propose(ctx)
+        time.sleep(random.random() * 0.03)
+        return proposal
+
+
 def test_parallel_runs_are_deterministic(tmp_path):
-    cfg = _cfg(seed=3, in_flight=3, evaluator={"workers": 3}, budget={"iterations": 15})
-    _, a = _run(tmp_path / "a", cfg, problem=JitterProblem())
-    _, b = _run(tmp_path / "b", cfg, problem=JitterProblem())
+    cfg = _cfg(
+        seed=3,
+        in_flight=3,
+        evaluator={"workers": 3},
+        budget={"iterations": 15},
+        llm={"max_concurrency": 3},
+    )
+    _, a = _run(tmp_path / "a", cfg, problem=JitterProblem(), mutator=SlowMutator())
+    _, b = _run(tmp_path / "b", cfg, problem=JitterProblem(), mutator=SlowMutator())
     assert _signature(a) == _signature(b)
+    for p in _iters(a):  # iteration k saw only iterations <= k - 3
+        parent = next(q for q in a if q.id == p.parent_ids[0])
+        assert parent.visible_at <= p.iteration
 
 
 def test_resume_continues_exactly(tmp_path):

@@ -2,6 +2,7 @@
 
     evokernel evolve --task TASK [--config FILE.yaml] [--iterations N] [--out RUN_DIR]
                      [--resume] [--device cuda|cpu] [--seed N] [--json]
+    evokernel evolve --task TASK --program START.py [...]   start from START.py, not the seed
     evokernel evolve --program P.py --evaluator E.py [same options]
 
 Live progress while it runs; at the end a per-scenario summary table (the dispatch table),
@@ -30,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "evaluator (--program, --evaluator). Checkpoints every program in RUN_DIR.",
     )
     p.add_argument("--task", help="kernel task name (see `evokernel tasks`)")
-    p.add_argument("--program", type=Path, help="generic task: program with an EVOLVE-BLOCK")
+    p.add_argument(
+        "--program",
+        type=Path,
+        help="program with an EVOLVE-BLOCK: the start (instead of the task's seed) with --task; "
+        "the program of a generic task with --evaluator",
+    )
     p.add_argument(
         "--evaluator", type=Path, help="generic task: file defining evaluate(path) -> dict"
     )

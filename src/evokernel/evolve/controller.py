@@ -50,6 +50,10 @@ FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end 
 # LLM accounting (which also counts failed requests) refused or reached a limit.
 
 
+class SeedFailed(EvokernelError):
+    """The seed program is incorrect: there is nothing to evolve from."""
+
+
 @dataclass
 class Slot:
     """One iteration in flight."""
@@ -128,7 +132,7 @@ class Controller:
             self.db.commit(rows)
         seed = self.db.get(SEED_ID)
         if not seed.correct:
-            raise EvokernelError(
+            raise SeedFailed(
                 f"the seed program is not correct, nothing to evolve from: "
                 f"{'; '.join(seed.reasons) or 'no reason given'}"
             )
@@ -358,7 +362,7 @@ class Controller:
 
     def _with_insight(self, row: Program) -> Program:
         parent = self.db.get(row.parent_ids[0]) if row.parent_ids else None
-        row.insight = insight_line(row, parent, self.problem.timed, self.problem.fitness_label)
+        row.insight = insight_line(row, parent, self.problem.fitness_kind)
         return row
 
     def _commit(self, slot: Slot, row: Program, result_json: str | None = None) -> None:

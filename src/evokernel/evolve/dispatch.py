@@ -34,16 +34,15 @@ class DispatchEntry:
     speedup_ci: tuple[float, float] | None
 
 
-def dispatch_table(db: Database, scenarios: list[str]) -> list[DispatchEntry]:
+def dispatch_table(db: Database) -> list[DispatchEntry]:
+    """One entry per public scenario of the run (meta "scenarios": [name, regime] pairs)."""
     best: dict[str, tuple[float, int, DispatchEntry]] = {}
-    regimes: dict[str, str] = {}
     baselines: dict[str, str] = {}
     for p in sorted((p for p in db.programs if p.evaluated_here and p.correct), key=rank_key):
         result = db.result(p.id)
         if result is None:
             continue
         for s in result.scenarios:
-            regimes.setdefault(s.name, s.regime)
             baselines.setdefault(s.name, s.baseline)
             if not s.win or s.speedup_ci is None:
                 continue
@@ -61,14 +60,12 @@ def dispatch_table(db: Database, scenarios: list[str]) -> list[DispatchEntry]:
             if have is None or (-lower, p.iteration) < (-have[0], have[1]):
                 best[s.name] = (lower, p.iteration, entry)
     table = []
-    for name in scenarios:
+    for name, regime in db.meta("scenarios", []):
         if name in best:
             table.append(best[name][2])
         else:
             table.append(
-                DispatchEntry(
-                    name, regimes.get(name, ""), BASELINE, "", baselines.get(name, ""), None, None
-                )
+                DispatchEntry(name, regime, BASELINE, "", baselines.get(name, ""), None, None)
             )
     return table
 
@@ -76,7 +73,7 @@ def dispatch_table(db: Database, scenarios: list[str]) -> list[DispatchEntry]:
 def write_outputs(db: Database, run: RunDir) -> tuple[RunSummary, list[DispatchEntry]]:
     """Write dispatch.json, best.py and summary.json; return what they hold."""
     summary = summarize(db)
-    table = dispatch_table(db, list(db.meta("scenarios", [])))
+    table = dispatch_table(db)
     entries = [asdict(e) for e in table]
     doc = {
         "task": summary.task,

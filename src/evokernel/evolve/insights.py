@@ -21,15 +21,20 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def insight_line(child: Program, parent: Program | None, timed: bool, label: str) -> str:
+def insight_line(child: Program, parent: Program | None, kind: str) -> str:
+    """`kind`: the problem's fitness kind (speedup | correctness | score)."""
     change = f"{child.kind} ({_short(child.description, 100)})" if child.description else child.kind
     head = f"{child.id} {change}" + (f" vs {parent.id}" if parent is not None else "")
     if child.status == "rejected":
         return f"{head}: rejected: {_short(child.reasons[0] if child.reasons else '')}"
     if child.status == "failed":
         return f"{head}: failed: {_short(child.reasons[0] if child.reasons else '')}"
-    if not timed:
-        return f"{head}: correct ({label})"
+    if kind == "correctness":
+        return f"{head}: correct (CPU interpreter: correctness only, no timing)"
+    if kind == "score":
+        old = parent.fitness if parent is not None else None
+        prev = f"{old:.4g} -> " if old is not None else ""
+        return f"{head}: combined_score {prev}{child.fitness:.4g}"
     before = parent.regimes if parent is not None else {}
     parts = []
     for regime, after in child.regimes.items():

@@ -22,8 +22,9 @@ class Problem(Protocol):
     interface: str
     description: str
     regimes: list[str]  # public scenario regimes, in order (empty for generic problems)
-    scenarios: list[str]  # public scenario names, in order (the dispatch table's rows)
-    timed: bool  # whether fitness is a measured speedup
+    scenarios: list[tuple[str, str]]  # public (name, regime) in order: the dispatch table's rows
+    timed: bool  # whether speedups are measured (regime features, insights)
+    fitness_kind: str  # "speedup" | "correctness" (CPU interpreter) | "score" (generic)
     fitness_label: str
 
     def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
@@ -45,7 +46,7 @@ class Problem(Protocol):
 class KernelProblem:
     """A named kernel task from `evokernel.tasks`, evaluated by `evokernel.evaluate`."""
 
-    def __init__(self, task_name: str, device: str, cfg: SearchConfig):
+    def __init__(self, task_name: str, device: str, cfg: SearchConfig, seed_code: str = ""):
         from evokernel.tasks import get_task
 
         task = get_task(task_name)
@@ -53,13 +54,14 @@ class KernelProblem:
         self.name = task.name
         self.device = device
         self.cfg = cfg
-        self.seed_code = task.seed_candidate.read_text()
+        self.seed_code = seed_code or task.seed_candidate.read_text()
         self.interface = task.interface
         self.description = task.description
         public = task.scenarios(device)
-        self.scenarios = [s.name for s in public]
+        self.scenarios = [(s.name, s.regime) for s in public]
         self.regimes = list(dict.fromkeys(s.regime or "all" for s in public))
         self.timed = device != "cpu"
+        self.fitness_kind = "speedup" if self.timed else "correctness"
         self.fitness_label = fit.fitness_label(device)
 
     def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
@@ -99,10 +101,12 @@ class KernelProblem:
         return {"kind": "kernel", "task": self.name}
 
 
-def problem_from_spec(spec: dict[str, Any], device: str, cfg: SearchConfig, run_dir: Any) -> Any:
-    """Rebuild the problem a run was started with (for --resume)."""
+def problem_from_spec(
+    spec: dict[str, Any], device: str, cfg: SearchConfig, seed_code: str
+) -> Problem:
+    """Rebuild the problem a run was started with (for --resume), with its original seed."""
     if spec["kind"] == "kernel":
-        return KernelProblem(spec["task"], device, cfg)
+        return KernelProblem(spec["task"], device, cfg, seed_code)
     from evokernel.evolve.generic import GenericProblem
 
-    return GenericProblem.from_spec(spec, device, cfg, run_dir)
+    return GenericProblem.from_spec(spec, device, cfg, seed_code)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from evokernel import device as devices
-from evokernel.errors import ConfigError, EvokernelError
+from evokernel.errors import ConfigError
+from evokernel.evolve import blocks
 from evokernel.evolve.config import SearchConfig, config_from_dict, load_config
-from evokernel.evolve.controller import FINISHING, SEED_ID, Controller
+from evokernel.evolve.controller import FINISHING, Controller, SeedFailed
 from evokernel.evolve.database import SCHEMA_VERSION, Database
 from evokernel.evolve.dispatch import DispatchEntry, format_table, write_outputs
 from evokernel.evolve.llm.accounting import Accounting
@@ -34,7 +35,7 @@ from evokernel.evolve.summary import RunSummary, summarize
 @dataclass
 class Request:
     task: str | None = None
-    program: Path | None = None  # generic task: the EVOLVE-BLOCK program
+    program: Path | None = None  # generic task: the program; with a task: the start program
     evaluator: Path | None = None  # generic task: the file defining evaluate(path) -> dict
     config: Path | None = None
     iterations: int | None = None
@@ -115,7 +116,7 @@ class Session:
             controller.ensure_seed()
             progress.note(f"run {self.run.path}: {self.problem.name} on {self.problem.device}")
             stop = controller.run(self.target, self.cfg.budget.wall_time_s)
-        except EvokernelError:
+        except SeedFailed:
             self._record("seed-failed", started, finished=True)
             raise
         finally:
@@ -149,10 +150,20 @@ class Session:
 
 
 def _problem(req: Request, device: str, cfg: SearchConfig) -> Problem:
-    if req.task and (req.program or req.evaluator):
-        raise ConfigError("give either --task or --program with --evaluator, not both")
+    """--task [--program START.py] | --program P.py --evaluator E.py."""
     if req.task:
-        return KernelProblem(req.task, device, cfg)
+        if req.evaluator:
+            raise ConfigError("--evaluator is for generic tasks: give it without --task")
+        start = ""
+        if req.program is not None:
+            if not req.program.is_file():
+                raise ConfigError(f"--program: no such file: {req.program}")
+            start = req.program.read_text()
+            try:
+                blocks.find_block(start)
+            except blocks.BlockError as err:
+                raise ConfigError(f"--program {req.program}: {err}") from None
+        return KernelProblem(req.task, device, cfg, seed_code=start)
     if req.program and req.evaluator:
         from evokernel.evolve.generic import GenericProblem
 
@@ -186,6 +197,7 @@ def create_session(out: Path, problem: Problem, cfg: SearchConfig) -> Session:
         "problem": problem.spec(),
         "name": problem.name,
         "scenarios": problem.scenarios,
+        "seed_code": problem.seed_code,
         "device": problem.device,
         "config": cfg.to_dict(),
         "iterations_target": cfg.budget.iterations,
@@ -229,9 +241,8 @@ def resume_session(
     if seed is not None and seed != cfg.seed:
         raise ConfigError(f"{run.path} uses seed {cfg.seed}; --seed cannot change it")
     if problem is None:
-        problem = problem_from_spec(db.meta("problem"), stored, cfg, run)
-    seed_code = db.get(SEED_ID).code if SEED_ID in db else problem.seed_code
-    space = resolve_features(cfg.grid, problem.regimes, seed_code, problem.timed)
+        problem = problem_from_spec(db.meta("problem"), stored, cfg, db.meta("seed_code"))
+    space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
     if iterations is not None and iterations != db.meta("iterations_target"):
         state = {"finished": False, "stop_reason": ""}
         db.commit(meta={"iterations_target": iterations, "state": state})

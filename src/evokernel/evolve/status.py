@@ -23,7 +23,7 @@ def read_status(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         running = run.running()
         summary = summarize(db, running=running)
-        table = dispatch_table(db, list(db.meta("scenarios", [])))
+        table = dispatch_table(db)
     finally:
         db.close()
     if running:

@@ -1,0 +1,166 @@
+"""Generic (OpenEvolve-style) problems: a program with an EVOLVE-BLOCK and a user evaluator.
+
+    evokernel evolve --program P.py --evaluator E.py
+
+`E.py` defines `evaluate(path) -> dict`; the dict must hold a finite number `combined_score`
+(higher is better), which is the fitness. Any other keys are kept as metrics (in the result's
+`artifacts["metrics"]`). Every call runs through `evokernel.evaluate.run_isolated`: a fresh
+spawned process in its own session, with `evaluator.timeout_s` and `evaluator.memory_mb`; the
+program under test is written to a private temporary file whose path is the argument.
+
+Failures are results, never crashes of the search: an exception in `evaluate`, a timeout, a
+crash, a value that is not a dict, or a dict without a finite numeric `combined_score` each
+yield `correct=False` with one reason line.
+
+The evaluator runs from its own path (so helper modules beside it import as usual); the run
+stores that absolute path and the file's sha256, and a resume refuses an evaluator that is
+gone or has changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evokernel.errors import ConfigError
+from evokernel.evaluate.result import EvalResult, reason
+from evokernel.evolve import blocks
+from evokernel.evolve.config import SearchConfig
+from evokernel.evolve.fitness import GENERIC_LABEL
+
+LABEL = "generic evaluator (combined_score)"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _failed(name: str, line: str, artifacts: dict[str, str], wall: float) -> EvalResult:
+    return EvalResult(
+        task=name,
+        candidate="program",
+        correct=False,
+        reasons=[line],
+        stage="load",
+        device=None,
+        timing_label=LABEL,
+        artifacts=artifacts,
+        wall_s=wall,
+    )
+
+
+class GenericProblem:
+    def __init__(self, seed_code: str, evaluator: Path, device: str, cfg: SearchConfig, name: str):
+        self.fitness_label = GENERIC_LABEL
+        self.fitness_kind = "score"
+        self.interface = ""
+        self.regimes: list[str] = []
+        self.scenarios: list[tuple[str, str]] = []
+        self.timed = False
+        self.seed_code = seed_code
+        self.evaluator = evaluator
+        self.device = device
+        self.cfg = cfg
+        self.name = name
+        try:
+            doc = ast.get_docstring(ast.parse(seed_code)) or ""
+        except SyntaxError:
+            doc = ""
+        self.description = doc
+
+    @classmethod
+    def from_files(
+        cls, program: Path, evaluator: Path, device: str, cfg: SearchConfig
+    ) -> GenericProblem:
+        for label, path in (("--program", program), ("--evaluator", evaluator)):
+            if not path.is_file():
+                raise ConfigError(f"{label}: no such file: {path}")
+        code = program.read_text()
+        try:
+            blocks.find_block(code)
+        except blocks.BlockError as err:
+            raise ConfigError(f"--program {program}: {err}") from None
+        try:
+            tree = ast.parse(evaluator.read_text())
+        except SyntaxError as err:
+            raise ConfigError(f"--evaluator {evaluator}: not valid Python ({err.msg})") from None
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "evaluate" for n in tree.body):
+            raise ConfigError(f"--evaluator {evaluator}: defines no evaluate(path) function")
+        return cls(code, evaluator.resolve(), device, cfg, f"generic:{program.stem}")
+
+    @classmethod
+    def from_spec(
+        cls, spec: dict[str, Any], device: str, cfg: SearchConfig, seed_code: str
+    ) -> GenericProblem:
+        evaluator = Path(spec["evaluator"])
+        if not evaluator.is_file():
+            raise ConfigError(f"the run's evaluator {evaluator} is gone; it cannot resume")
+        if _sha(evaluator) != spec["evaluator_sha256"]:
+            raise ConfigError(f"the run's evaluator {evaluator} changed since the run started")
+        return cls(seed_code, evaluator, device, cfg, spec["name"])
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "kind": "generic",
+            "name": self.name,
+            "evaluator": str(self.evaluator),
+            "evaluator_sha256": _sha(self.evaluator),
+        }
+
+    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
+        from evokernel.evaluate import run_isolated
+
+        ev = self.cfg.evaluator
+        with tempfile.TemporaryDirectory(prefix="evokernel-generic-") as tmp:
+            program = Path(tmp) / "program.py"
+            program.write_text(code)
+            out = run_isolated(
+                self.evaluator,
+                "evaluate",
+                [str(program)],
+                timeout_s=ev.timeout_s,
+                memory_mb=ev.memory_mb,
+                cwd=self.evaluator.parent,
+            )
+        artifacts = {"stderr": out.stderr_tail, "stdout": out.stdout_tail}
+        if out.traceback:
+            artifacts["traceback"] = out.traceback
+        if not out.ok:
+            return _failed(self.name, out.reason or "crashed: no reason", artifacts, out.wall_s)
+        value = out.value
+        if not isinstance(value, dict):
+            line = reason("no-result", f"evaluate() returned {type(value).__name__}, not a dict")
+            return _failed(self.name, line, artifacts, out.wall_s)
+        score = value.get("combined_score")
+        numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
+        if not numeric or not math.isfinite(float(score or 0)):
+            line = reason("no-result", f"evaluate() gave no finite combined_score ({score!r})")
+            return _failed(self.name, line, artifacts, out.wall_s)
+        artifacts["metrics"] = json.dumps(value, sort_keys=True, default=str)
+        return EvalResult(
+            task=self.name,
+            candidate="program",
+            correct=True,
+            reasons=[],
+            stage="done",
+            device=None,
+            timing_label=LABEL,
+            artifacts=artifacts,
+            wall_s=out.wall_s,
+        )
+
+    def fitness(self, result: EvalResult) -> float | None:
+        if not result.correct or "metrics" not in result.artifacts:
+            return None
+        return float(json.loads(result.artifacts["metrics"])["combined_score"])
+
+    def regime_speedups(self, result: EvalResult) -> dict[str, float]:
+        return {}
+
+    def hardware(self, result: EvalResult | None) -> dict[str, Any]:
+        return {"device": self.device}
