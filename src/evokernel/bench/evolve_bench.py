@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out = args.out / f"evolve_bench-{stamp}"
     t0 = time.monotonic()
     tasks = [t for t in args.tasks.split(",") if t]
-    report = {
+    report: dict[str, Any] = {
         "device": device,
         "fitness": fitness_label(device),
         "tasks": [bench_task(t, device, args) for t in tasks],
