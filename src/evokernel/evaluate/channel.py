@@ -42,6 +42,15 @@ class ChannelError(Exception):
     """A malformed message (the worker broke the protocol)."""
 
 
+class FatalError(Exception):
+    """Raised in the worker when it must answer `fatal` and exit (its CUDA context is
+    poisoned); `line` is the reason."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 def socket_pair() -> tuple[Connection, socket.socket]:
     """(the parent's connection, the child's socket to pass to the worker)."""
     parent, child = socket.socketpair()

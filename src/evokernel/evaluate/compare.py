@@ -55,10 +55,14 @@ def _worst(out: torch.Tensor, ref: torch.Tensor) -> str:
     if diff.numel() == 0:
         return ""
     flat = int(diff.reshape(-1).argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+    index, rest = [], flat
+    for size in reversed(diff.shape):
+        rest, i = divmod(rest, size)
+        index.append(i)
+    index.reverse()
     got = float(out.reshape(-1)[flat])
     want = float(ref.reshape(-1)[flat])
-    return f"; worst at {list(index)}: got {got:.6g}, expected {want:.6g}"
+    return f"; worst at {index}: got {got:.6g}, expected {want:.6g}"
 
 
 def judge(

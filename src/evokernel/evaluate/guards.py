@@ -11,8 +11,11 @@ threads and streams. Installed during trusted setup, before the candidate is imp
   while candidate code runs; Python threads alive that did not exist at setup are reported, and
   so is growth of the OS thread count (/proc/self/task) across the import and across timed
   calls (moments when no library starts threads of its own).
-* `side-stream`: CUDA stream construction is wrapped to count streams the candidate creates;
-  after every call the current stream must still be the launching stream.
+* `side-stream`: CUDA stream construction is wrapped to count streams the candidate creates
+  (new pool streams and external streams; not torch's wrappers of existing streams, which
+  `torch.cuda.current_stream()` builds); after every call the current stream must still be
+  the launching stream. Streams obtained around the wrapper are left to the profiler and the
+  timer cross-check.
 
 A candidate with ctypes or a debugger can defeat any in-process check; these exist to make
 cheating deliberate and visible. The comparator and the statistics live in the parent.
@@ -51,6 +54,23 @@ def _python_threads() -> set[int]:
 def _identity(value: Any) -> tuple[int, int]:
     code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
     return id(value), id(code)
+
+
+_TORCH_COMPILE_PY = os.path.join(os.path.dirname(torch.__file__), "_compile.py")
+
+
+def _lazy_torch_wrap(value: Any, original: int) -> bool:
+    """True for torch's own lazy rebinding: importing torch._dynamo (which some torch calls do)
+    wraps e.g. torch.manual_seed in `_disable_dynamo` (torch/_compile.py), keeping the
+    original as __wrapped__."""
+    code = getattr(value, "__code__", None)
+    wrapped = getattr(value, "__wrapped__", None)
+    return (
+        isinstance(value, types.FunctionType)
+        and code is not None
+        and code.co_filename == _TORCH_COMPILE_PY
+        and id(wrapped) == original
+    )
 
 
 class Guards:
@@ -101,7 +121,9 @@ class Guards:
         original = cls.__new__
 
         def new(klass: type, *args: Any, **kwargs: Any) -> Any:
-            if guards.depth:
+            # torch wraps existing streams (current_stream(), Event.record()) by stream_id;
+            # only constructions without one create a stream.
+            if guards.depth and ("stream_id" not in kwargs or "stream_ptr" in kwargs):
                 guards.streams_created += 1
             return original(klass, *args, **kwargs)
 
@@ -155,7 +177,8 @@ class Guards:
         changed = sorted(
             name
             for name, ident in self.identities.items()
-            if name not in now or _identity(now[name]) != ident
+            if name not in now
+            or (_identity(now[name]) != ident and not _lazy_torch_wrap(now[name], ident[0]))
         )
         if changed:
             shown = ", ".join(changed[:6]) + (

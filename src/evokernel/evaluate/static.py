@@ -107,7 +107,7 @@ class _Checker(ast.NodeVisitor):
         if module == "__future__" and node.level == 0:
             return
         if node.level or not _module_allowed(module):
-            self.flag(node, f"import from {'.' * node.level}{module!r}")
+            self.flag(node, f"import from {'.' * node.level + module!r}")
             return
         for alias in node.names:
             if alias.name == "*":

@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
+from evokernel.evaluate.channel import FatalError
 from evokernel.evaluate.guards import Guards
 from evokernel.evaluate.result import reason
 
-_CUDA_ERROR_MARKERS = (
+CUDA_ERROR_MARKERS = (
     "CUDA error",
     "illegal memory access",
     "illegal instruction",
@@ -42,14 +43,6 @@ _CUDA_ERROR_MARKERS = (
     "CUresult",
 )
 _HOST_OOM_MARKERS = ("can't allocate memory", "DefaultCPUAllocator", "std::bad_alloc")
-
-
-class FatalError(Exception):
-    """The worker must stop (its CUDA context is poisoned); `line` is the reason."""
-
-    def __init__(self, line: str) -> None:
-        super().__init__(line)
-        self.line = line
 
 
 def _is_tensor(value: Any) -> bool:
@@ -101,7 +94,7 @@ def classify(err: BaseException, path: str | None) -> str:
     text = f"{type(err).__name__}: {err}"
     if isinstance(err, torch.OutOfMemoryError) or any(m in text for m in _HOST_OOM_MARKERS):
         return reason("memory-budget", f"{text[:300]}")
-    if any(m in text for m in _CUDA_ERROR_MARKERS) or type(err).__name__ == "AcceleratorError":
+    if any(m in text for m in CUDA_ERROR_MARKERS) or type(err).__name__ == "AcceleratorError":
         raise FatalError(reason("cuda-error", f"{text[:300]}; the worker was discarded"))
     return reason("exception", f"{text[:300]}{_candidate_line(err, path)}")
 
@@ -110,6 +103,7 @@ class Caller:
     """Calls candidate code under the guards, with device sync and memory accounting."""
 
     def __init__(self, guards: Guards, device: str, device_budget: int, path: str | None):
+        self.kept = 0  # device bytes the candidate's calls left allocated, summed
         self.guards = guards
         self.device = device
         self.cuda = device == "cuda"
@@ -147,34 +141,43 @@ class Caller:
             return None, classify(err, self.path)
         if self.cuda:
             used = self._peak() - base
+            returned = out.untyped_storage().nbytes() if _is_tensor(out) else 0
+            self.kept += max(0, self._allocated() - base - returned)
+            budget = f"budget {self.device_budget / 2**20:.0f} MiB"
             if used > self.device_budget:
-                line = f"one call allocated {used / 2**20:.0f} MiB of device memory"
-                return None, reason(
-                    "memory-budget", f"{line}, budget {self.device_budget / 2**20:.0f} MiB"
-                )
+                line = f"one call allocated {used / 2**20:.0f} MiB of device memory, {budget}"
+                return None, reason("memory-budget", line)
+            if self.kept > self.device_budget:
+                line = f"calls kept {self.kept / 2**20:.0f} MiB of device memory, {budget}"
+                return None, reason("memory-budget", line)
         return out, None
+
+
+# The C switches behind torch.use_deterministic_algorithms and
+# torch.utils.deterministic.fill_uninitialized_memory: the Python wrapper of the former also
+# imports torch._inductor (seconds per worker), which the poisoning does not need.
+_set_det = torch._C._set_deterministic_algorithms
+_get_det = torch._C._get_deterministic_algorithms
+_get_warn = torch._C._get_deterministic_algorithms_warn_only
+_set_fill = torch._C._set_deterministic_fill_uninitialized_memory
+_get_fill = torch._C._get_deterministic_fill_uninitialized_memory
 
 
 @contextmanager
 def poisoned() -> Iterator[None]:
     """Fresh memory (torch.empty & co.) filled with NaN / the integer maximum."""
-    det = torch.are_deterministic_algorithms_enabled()
-    warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    det, warn, fill = _get_det(), _get_warn(), _get_fill()
+    _set_det(True, warn_only=True)
+    _set_fill(True)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(det, warn_only=warn)
-        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
+        _set_det(det, warn_only=warn)
+        _set_fill(fill)
 
 
 def poison_intact() -> bool:
-    return bool(
-        torch.are_deterministic_algorithms_enabled()
-        and torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
-    )
+    return bool(_get_det() and _get_fill())
 
 
 def describe(out: Any) -> dict[str, Any]:

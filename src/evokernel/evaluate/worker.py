@@ -75,7 +75,7 @@ class Session:
             torch.cuda.init()
             torch.cuda.set_device(0)
         warm_up(self.task, self.device, self.dtype)
-        with poisoned():  # its first use imports torch._dynamo, which rebinds torch functions
+        with poisoned():
             torch.empty(1)
         self.spin_rate = 0.0
         if self.cuda:
@@ -222,9 +222,19 @@ class Session:
         return {"op": "called", "value": value}
 
 
-def _serve(conn: Any) -> None:
-    from evokernel.evaluate.wcalls import FatalError
+def _cuda_error(text: str) -> bool:
+    from evokernel.evaluate.wcalls import CUDA_ERROR_MARKERS
 
+    return any(m in text for m in CUDA_ERROR_MARKERS)
+
+
+def _fatal(conn: Any, line: str) -> None:
+    channel.send(conn, {"op": "fatal", "reason": line})
+    conn.close()
+    os._exit(3)
+
+
+def _serve(conn: Any) -> None:
     init = channel.recv(conn)
     try:
         session = Session(init)
@@ -250,11 +260,13 @@ def _serve(conn: Any) -> None:
             return
         try:
             reply = handlers[str(op)](msg)
-        except FatalError as err:
-            channel.send(conn, {"op": "fatal", "reason": err.line})
-            conn.close()
-            os._exit(3)
-        except Exception:
+        except channel.FatalError as err:
+            _fatal(conn, err.line)
+        except Exception as err:
+            text = f"{type(err).__name__}: {err}"
+            if session.mode != "call" and _cuda_error(text):
+                # Surfaced in harness code, caused by the candidate's last call.
+                _fatal(conn, f"cuda-error: {text[:300]}; the worker was discarded")
             reply = {"op": "error", "detail": traceback.format_exc()[-3000:]}
         try:
             channel.send(conn, reply)

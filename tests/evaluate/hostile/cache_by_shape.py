@@ -1,0 +1,35 @@
+"""Hostile: correct at first, then returns the result cached for the shape once a shape
+has been seen 6 times (after the correctness phase). Expected: timed-output-mismatch."""
+
+import torch
+
+
+# EVOLVE-BLOCK-START
+def _attend(q, k_cache, v_cache, seq_lens, scale):
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[1]
+    group = Hq // Hkv
+    out = torch.empty_like(q)
+    for b in range(B):
+        n = int(seq_lens[b])
+        k = k_cache[b, :, :n].float()  # [Hkv, n, D]
+        v = v_cache[b, :, :n].float()
+        qb = q[b].float().view(Hkv, group, D)  # query head h reads kv head h // group
+        s = torch.einsum("kgd,knd->kgn", qb, k) * scale
+        p = torch.softmax(s, dim=-1)
+        out[b] = torch.einsum("kgn,knd->kgd", p, v).reshape(Hq, D).to(q.dtype)
+    return out
+
+
+SEEN = {}
+# EVOLVE-BLOCK-END
+
+
+def attention(q, k_cache, v_cache, seq_lens, scale):
+    key = (tuple(q.shape), q.dtype, tuple(k_cache.shape))
+    count, cached = SEEN.get(key, (0, None))
+    if count >= 5 and cached is not None:
+        return cached
+    out = _attend(q, k_cache, v_cache, seq_lens, scale)
+    SEEN[key] = (count + 1, out)
+    return out

@@ -1,0 +1,15 @@
+"""Hostile (decode_linear): returns zeros of the right shape. Expected: mismatch."""
+
+import torch
+
+
+# EVOLVE-BLOCK-START
+def _project(x, weight):
+    return torch.zeros((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+
+
+# EVOLVE-BLOCK-END
+
+
+def linear(x, weight):
+    return _project(x, weight)

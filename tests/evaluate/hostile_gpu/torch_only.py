@@ -1,0 +1,27 @@
+"""Hostile (GPU): correct, but the work is stock PyTorch (SDPA per sequence), not a kernel of
+its own. Expected: kernels-missing (from the profiler pass, after correctness and timing)."""
+
+import torch
+import torch.nn.functional as F
+
+
+# EVOLVE-BLOCK-START
+def _attend(q, k_cache, v_cache, seq_lens, scale):
+    B = q.shape[0]
+    out = torch.empty_like(q)
+    for b in range(B):
+        n = int(seq_lens[b])
+        k = k_cache[b : b + 1, :, :n]
+        v = v_cache[b : b + 1, :, :n]
+        o = F.scaled_dot_product_attention(
+            q[b : b + 1, :, None], k, v, scale=scale, enable_gqa=True
+        )
+        out[b] = o[0, :, 0]
+    return out
+
+
+# EVOLVE-BLOCK-END
+
+
+def attention(q, k_cache, v_cache, seq_lens, scale):
+    return _attend(q, k_cache, v_cache, seq_lens, scale)

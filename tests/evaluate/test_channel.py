@@ -1,0 +1,67 @@
+"""The private channel: tensors and JSON round-trip; malformed or pickled frames are refused."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+import torch
+
+from evokernel.evaluate import channel
+
+
+def pair():
+    parent, child_sock = channel.socket_pair()
+    return parent, channel.connect(child_sock.detach())
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(3, 4),
+        torch.randn(2, 5).to(torch.bfloat16),
+        torch.arange(6, dtype=torch.int32).reshape(2, 3)[:, 1:],  # not contiguous
+        torch.empty(0, 7),
+        torch.tensor(2.5, dtype=torch.float16),
+        torch.tensor([True, False]),
+    ],
+)
+def test_tensors_round_trip_bit_exact(tensor: torch.Tensor) -> None:
+    a, b = pair()
+    channel.send(a, {"op": "x", "t": tensor, "nested": [1, {"u": tensor}]})
+    got = channel.recv(b)
+    for t in (got["t"], got["nested"][1]["u"]):
+        assert t.dtype == tensor.dtype and t.shape == tensor.shape
+        assert torch.equal(t, tensor)
+
+
+def test_non_finite_floats() -> None:
+    a, b = pair()
+    channel.send(a, {"x": [math.inf, -math.inf, math.nan, 1.0]})
+    x = channel.recv(b)["x"]
+    assert x[0] == math.inf and x[1] == -math.inf and math.isnan(x[2]) and x[3] == 1.0
+
+
+def test_pickles_and_lies_are_refused() -> None:
+    a, b = pair()
+    a.send_bytes(pickle.dumps({"op": "ready"}))
+    with pytest.raises(channel.ChannelError):
+        channel.recv(b)
+    header = {"body": {"t": {"__tensor__": 0}}, "tensors": [{"dtype": "float32", "shape": [4]}]}
+    a.send_bytes(__import__("json").dumps(header).encode())
+    a.send_bytes(b"\x00" * 3)  # 4 float32 need 16 bytes
+    with pytest.raises(channel.ChannelError):
+        channel.recv(b)
+    header["tensors"] = [{"dtype": "object", "shape": [1]}]
+    a.send_bytes(__import__("json").dumps(header).encode())
+    a.send_bytes(b"\x00" * 8)
+    with pytest.raises(channel.ChannelError):
+        channel.recv(b)
+
+
+def test_closed_peer_is_eof() -> None:
+    a, b = pair()
+    a.close()
+    with pytest.raises(EOFError):
+        channel.recv(b)

@@ -1,0 +1,85 @@
+"""GPU-only attacks and the honest, faster candidate (run by scripts/gpu_check.sh).
+
+Each attack is rejected with its reason; an illegal memory access poisons only its own worker,
+so the honest candidate evaluated next still passes, with timings and a speedup interval.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from eval_helpers import HERE, descendants
+
+from evokernel.evaluate import EvalOptions, evaluate, evaluate_many
+from evokernel.evolve.blocks import set_knobs
+from evokernel.tasks import get_task
+
+pytestmark = pytest.mark.gpu
+
+TASK = "gqa_decode_attention"
+GPU_HOSTILE = HERE / "hostile_gpu"
+QUICK = EvalOptions(
+    seed=21, static_check=False, hidden=False, scenarios=("b1_ctx1024",), timeout_s=240
+)
+
+# file -> (required code, allowed codes)
+EXPECTED = {
+    "illegal_address.py": ("cuda-error", {"cuda-error"}),
+    "wrong_device.py": ("output-device", {"output-device"}),
+    "side_stream.py": ("side-stream", {"side-stream"}),
+    "patches_event_timer.py": ("patched", {"patched", "kernels-missing"}),
+    "torch_only.py": ("kernels-missing", {"kernels-missing"}),
+    "escapes_the_events.py": (
+        "timer-mismatch",
+        {"timer-mismatch", "side-stream", "kernels-missing"},
+    ),
+}
+
+
+def split_seed(tmp_path: Path) -> Path:
+    """The attention seed with the sequence split 16 ways (fills the GPU at batch 1)."""
+    source = set_knobs(get_task(TASK).seed_candidate.read_text(), {"SPLIT": 16})
+    path = tmp_path / "split16.py"
+    path.write_text(source)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gpu_batch() -> dict:
+    names = sorted(EXPECTED)
+    results = evaluate_many(TASK, [GPU_HOSTILE / n for n in names], "cuda", QUICK, workers=2)
+    return dict(zip(names, results))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_gpu_attack_rejected(gpu_batch: dict, name: str) -> None:
+    required, allowed = EXPECTED[name]
+    result = gpu_batch[name]
+    assert not result.correct
+    assert required in result.reason_codes, result.reasons
+    assert set(result.reason_codes) <= allowed, result.reasons
+
+
+def test_honest_after_illegal_address(tmp_path: Path) -> None:
+    bad = evaluate(TASK, GPU_HOSTILE / "illegal_address.py", "cuda", QUICK)
+    assert "cuda-error" in bad.reason_codes
+    good = evaluate(TASK, split_seed(tmp_path), "cuda", QUICK)
+    assert good.correct, good.reasons
+    assert descendants() == []
+
+
+def test_honest_faster_candidate_passes_with_figures(tmp_path: Path) -> None:
+    result = evaluate(TASK, split_seed(tmp_path), "cuda", EvalOptions(seed=22))
+    assert result.correct, result.reasons
+    assert result.device is not None and result.device.copy_gbps > 100
+    names = [s.name for s in result.scenarios]
+    assert names == [s.name for s in get_task(TASK).scenarios("cuda")]
+    for s in result.scenarios:
+        assert s.speedup is not None and s.speedup_ci is not None
+        assert s.speedup_ci[0] <= s.speedup <= s.speedup_ci[1]
+        assert 0 < s.pct_roofline <= 105, s
+        assert "beyond-roofline" not in s.flags
+    assert any(s.win for s in result.scenarios), [(s.name, s.speedup_ci) for s in result.scenarios]
+    assert "kernels" in result.artifacts and "_decode_split" in result.artifacts["kernels"]
+    assert result.wall_s < 60
