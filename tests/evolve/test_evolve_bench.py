@@ -24,4 +24,5 @@ def test_cpu_smoke(tmp_path, capsys):
     assert task["offline_pct_of_exhaustive"] == 100.0
     assert task["goal"] == "n/a"  # correctness only on the CPU, and the sweep was capped
     assert "correctness only" in stdout
-    assert (tmp_path / "runs" / "decode_linear" / "programs.sqlite").exists()
+    assert (tmp_path / "evolve_runs" / "decode_linear" / "programs.sqlite").exists()
+    assert report["table"][0].startswith("evolve decode_linear: offline 1.0000 = 100.0000%")

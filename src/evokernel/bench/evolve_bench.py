@@ -5,7 +5,7 @@
 
 For each kernel task, from its seed (the naive starting point):
 
-  offline     `evokernel evolve` with the offline mutator only, for at most a quarter of the
+  offline     `evokernel evolve` (run dirs under OUT/evolve_runs/) with the offline mutator only, for at most a quarter of the
               seed's declared knob space in evaluations (the seed's own evaluation included);
   exhaustive  every combination of the declared knob values (`blocks.knob_space` +
               `blocks.set_knobs`), evaluated by the same evaluator with the same options
@@ -156,7 +156,7 @@ def run_offline(task: str, device: str, evals: int, out: Path, args: argparse.Na
         }
     )
     problem = KernelProblem(task, device, cfg)
-    session = create_session(out / "runs" / task, problem, cfg)
+    session = create_session(out / task, problem, cfg)
     arm = Arm("offline")
     t0 = time.monotonic()
     try:
@@ -192,7 +192,7 @@ def bench_task(task: str, device: str, args: argparse.Namespace) -> dict[str, An
     if args.evals:
         evals = min(evals, args.evals)
     print(f"{task}: knob space {size}, offline budget {evals} evaluations", flush=True)
-    offline = run_offline(task, device, evals, args.out, args)
+    offline = run_offline(task, device, evals, args.runs, args)
     print(
         f"  offline: {offline.evaluations} evaluations, valid {offline.valid}, best fitness "
         f"{_fmt(offline.best_fitness)} {offline.best_knobs}, {offline.evals_per_min:.1f} "
@@ -235,6 +235,18 @@ def bench_task(task: str, device: str, args: argparse.Namespace) -> dict[str, An
     }
 
 
+def _line(t: dict[str, Any]) -> str:
+    """One short row for the GPU check's summary."""
+    off, ex = t["offline"], t["exhaustive"]
+    valid = 100.0 * (off["valid"] + ex["valid"]) / max(1, off["evaluations"] + ex["evaluations"])
+    return (
+        f"evolve {t['task']}: offline {_fmt(off['best_fitness'])} = "
+        f"{_fmt(t['offline_pct_of_exhaustive'])}% of exhaustive {_fmt(ex['best_fitness'])} "
+        f"with {off['evaluations']}/{t['knob_space']} evals, goal {t['goal']}; "
+        f"{off['evals_per_min']:.1f}/{ex['evals_per_min']:.1f} evals/min; valid {valid:.0f}%"
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="evolve_bench", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
@@ -260,9 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.workers:
         args.workers = min(8, max(1, (os.cpu_count() or 2) // 2)) if device == "cuda" else 1
     args.out.mkdir(parents=True, exist_ok=True)
-    if (args.out / "runs").exists():
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        args.out = args.out / f"evolve_bench-{stamp}"
+    args.runs = args.out / "evolve_runs"
+    if args.runs.exists():
+        args.runs = args.out / f"evolve_runs-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.monotonic()
     tasks = [t for t in args.tasks.split(",") if t]
     report: dict[str, Any] = {
@@ -271,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": [bench_task(t, device, args) for t in tasks],
     }
     report["wall_s"] = round(time.monotonic() - t0, 1)
+    report["table"] = [_line(t) for t in report["tasks"]]
     print(f"evolve_bench: {len(tasks)} task(s) in {report['wall_s']:.0f} s on {device}")
     path = args.json or args.out / "evolve_bench.json"
     path.parent.mkdir(parents=True, exist_ok=True)
