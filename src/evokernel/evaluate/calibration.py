@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from evokernel.evaluate.locks import DeviceSlot
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios, timing_plan
+from evokernel.evaluate.result import reason
 from evokernel.evaluate.sandbox import Worker, WorkerGone
 from evokernel.evaluate.stats import median
 from evokernel.tasks.base import Task
@@ -59,59 +61,68 @@ def nvidia_smi(visible: str | None) -> tuple[str, str]:
 
 
 def calibrate(task: Task, options: EvalOptions, slot: DeviceSlot) -> Calibration:
-    import time
-
+    """Never raises: a failure is recorded in `Calibration.error`."""
     start = time.monotonic()
     cal = Calibration()
     cal.driver, cal.clocks = nvidia_smi(slot.visible)
-    dtype = task.dtypes["cuda"][0]
-    worker = Worker(
-        device="cuda",
-        memory_mb=max(options.memory_mb, 16384),
-        disk_mb=options.disk_mb,
-        cuda_visible=slot.visible,
-        threads=4,
-    )
     try:
-        worker.set_deadline(options.startup_timeout_s + 300.0, "calibration took too long")
-        ready = worker.request(
-            {
-                "op": "init",
-                "mode": "calibrate",
-                "task": task.name,
-                "device": "cuda",
-                "dtype": str(dtype),
-                "device_memory_mb": options.device_memory_mb,
-                "threads": 4,
-            }
+        worker = Worker(
+            device="cuda",
+            memory_mb=max(options.memory_mb, 16384),
+            disk_mb=options.disk_mb,
+            cuda_visible=slot.visible,
+            threads=4,
         )
-        if ready.get("op") != "ready":
-            cal.error = str(ready.get("detail", ready))[-500:]
-            return cal
-        cal.device = dict(ready.get("device", {}))
-        with slot.exclusive():
-            reply = worker.request({"op": "calibrate"})
-        cal.copy_gbps = float(reply.get("copy_gbps", 0.0))
-        cal.problems += list(reply.get("problems", []))
-        l2 = int(str(cal.device.get("l2_bytes", 0) or 0))
-        for scenario in public_scenarios(task, "cuda", options):
-            plan = timing_plan(task, scenario, "cuda", options, CALIBRATION_SEED, l2, False)
-            with slot.exclusive():
-                reply = worker.request(plan.message())
-            if reply.get("op") != "timed" or "series" not in reply:
-                cal.error = str(reply.get("reason") or reply.get("detail") or reply)[-500:]
-                return cal
-            cal.problems += list(reply.get("problems", []))
-            cal.baselines[scenario.name] = {
-                k.removeprefix("baseline:"): median(v["event_us"])
-                for k, v in reply["series"].items()
-            }
+    except OSError as err:
+        cal.error = f"cannot start the calibration worker: {err}"
+        return cal
+    try:
+        _run(worker, task, options, slot, cal)
     except WorkerGone as gone:
         cal.error = gone.line
+    except Exception as err:  # a calibration failure must not fail a candidate
+        cal.error = f"{type(err).__name__}: {err}"
     finally:
         worker.close()
         cal.wall_s = time.monotonic() - start
     return cal
+
+
+def _run(worker: Worker, task: Task, options: EvalOptions, slot: DeviceSlot, cal: Calibration):
+    worker.set_deadline(
+        options.startup_timeout_s + 300.0, reason("infrastructure", "calibration timed out")
+    )
+    ready = worker.request(
+        {
+            "op": "init",
+            "mode": "calibrate",
+            "task": task.name,
+            "device": "cuda",
+            "dtype": str(task.dtypes["cuda"][0]),
+            "device_memory_mb": options.device_memory_mb,
+            "threads": 4,
+        }
+    )
+    if ready.get("op") != "ready":
+        cal.error = str(ready.get("detail", ready))[-500:]
+        return
+    cal.device = dict(ready.get("device", {}))
+    with slot.exclusive():
+        reply = worker.request({"op": "calibrate"})
+    cal.copy_gbps = float(reply.get("copy_gbps", 0.0))
+    cal.problems += list(reply.get("problems", []))
+    l2 = int(str(cal.device.get("l2_bytes", 0) or 0))
+    for scenario in public_scenarios(task, "cuda", options):
+        plan = timing_plan(task, scenario, "cuda", options, CALIBRATION_SEED, l2, False)
+        with slot.exclusive():
+            reply = worker.request(plan.message())
+        if reply.get("op") != "timed" or "series" not in reply:
+            cal.error = str(reply.get("reason") or reply.get("detail") or reply)[-500:]
+            return
+        cal.problems += list(reply.get("problems", []))
+        cal.baselines[scenario.name] = {
+            k.removeprefix("baseline:"): median(v["event_us"]) for k, v in reply["series"].items()
+        }
 
 
 _CACHE: dict[tuple[object, ...], Future[Calibration]] = {}
@@ -120,9 +131,12 @@ _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="evokernel-calibrat
 
 
 def calibration_for(task: Task, options: EvalOptions, slot: DeviceSlot) -> Future[Calibration]:
-    """The (possibly still running) calibration of this task's scenarios on this GPU."""
+    """The (possibly still running) calibration of this task's scenarios on this GPU; a
+    finished one that failed is started again."""
     key = (task.name, slot.visible, options.scenarios, options.reps, options.warmup)
     with _LOCK:
-        if key not in _CACHE:
+        known = _CACHE.get(key)
+        failed = known is not None and known.done() and bool(known.result().error)
+        if known is None or failed:
             _CACHE[key] = _POOL.submit(calibrate, task, options, slot)
         return _CACHE[key]

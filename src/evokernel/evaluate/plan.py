@@ -27,6 +27,7 @@ from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
 L2_FACTOR = 3
+L2_UNKNOWN = 64 * 2**20  # when the device does not say (H100 and H200 have 50 MiB)
 COPIES_MAX_BYTES = 4 * 2**30
 COPIES_MAX = 4096
 TWO_BASES_BELOW = 64 * 2**20  # bigger inputs are built once (CPU generation is the cost)
@@ -136,7 +137,8 @@ def copies_for(rotating_bytes: int, l2_bytes: int, device: str) -> int:
     if device != "cuda":
         return 2
     per_copy = max(1, rotating_bytes)
-    want = math.ceil(L2_FACTOR * max(l2_bytes, 1) / per_copy) + 1
+    l2 = l2_bytes or L2_UNKNOWN
+    want = math.ceil(L2_FACTOR * l2 / per_copy) + 1
     fit = max(2, COPIES_MAX_BYTES // per_copy)
     return max(2, min(want, fit, COPIES_MAX))
 

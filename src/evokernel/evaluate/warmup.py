@@ -26,6 +26,7 @@ def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
         torch.cuda.synchronize()
     if not bool((x == 1.0).all()):
         raise RuntimeError("the warm-up Triton kernel computed a wrong result")
+    torch.randn(1 << 22).sum()  # large enough to start torch's intra-op thread pool
     scenario = task.scenarios(device)[0]
     inputs = task.make_inputs(scenario, 0, dtype)
     inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
@@ -34,7 +35,7 @@ def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
         # The profiler's first session loads CUPTI and imports more of torch: do it here.
-        activities = [torch.profiler.ProfilerActivity.CUDA]
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         with torch.profiler.profile(activities=activities):
             x.add_(1.0)
             torch.cuda.synchronize()

@@ -175,8 +175,8 @@ class Session:
         fns = {f"baseline:{k}": v for k, v in self.task.baselines(scenario).items()}
         if self.entry is not None:
             fns["candidate"] = self.entry
-        threads = self.guards.os_threads()
         timed = TimedScenario(self.task, scenario, dtype, fns, self.caller, msg, self.spin_rate)
+        threads = self.guards.os_threads()  # after building inputs (CPU thread pools start)
         self.caller.limit_device_memory()
         result = timed.run()
         del timed

@@ -22,13 +22,18 @@ _CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def _stream_of(event: dict[str, Any]) -> int | None:
+    """The CUDA stream of a GPU activity: its "stream" argument, else its thread id (for GPU
+    activities the trace's tid is the stream, as a number or as "stream N")."""
     args = event.get("args") or {}
     stream = args.get("stream")
     if isinstance(stream, int):
         return stream
-    tid = str(event.get("tid", ""))
-    digits = "".join(ch for ch in tid if ch.isdigit())
-    return int(digits) if tid.startswith("stream") and digits else None
+    tid = event.get("tid")
+    if isinstance(tid, int):
+        return tid
+    text = str(tid or "")
+    digits = "".join(ch for ch in text if ch.isdigit())
+    return int(digits) if text.startswith("stream") and digits else None
 
 
 def gpu_events(trace_path: str) -> list[dict[str, Any]]:
@@ -61,7 +66,7 @@ def profile_calls(
     del out
     marker = torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    activities = [torch.profiler.ProfilerActivity.CUDA]
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         marker.add_(1.0)
         for _ in range(calls):

@@ -1,0 +1,84 @@
+"""Judgements that need timings: the profiler's kernel list (parsed from a chrome trace), the
+host/event cross-check, and the per-scenario figures and flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evokernel.evaluate.figures import profile_problems, scenario_result, timer_problems
+from evokernel.evaluate.result import reason_code
+from evokernel.evaluate.wprofile import gpu_events
+from evokernel.tasks import get_task
+
+KERNELS = ["_decode_split", "_decode_combine"]
+
+
+def trace(tmp_path: Path, events: list[dict]) -> list[dict]:
+    path = tmp_path / "trace.json"
+    cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 1.0}
+    path.write_text(json.dumps({"traceEvents": [cpu, *events]}))
+    return gpu_events(str(path))
+
+
+def kernel(name: str, ts: float, dur: float, stream: int, cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur}
+
+
+def test_profile_checks(tmp_path: Path) -> None:
+    marker = kernel("void at::native::vectorized_elementwise_kernel<4>", 10, 2, 7)
+    own = [kernel("_decode_split", 20, 8, 7), kernel("_decode_combine", 30, 2, 7)]
+    assert profile_problems(trace(tmp_path, [marker, *own]), KERNELS, "s")[0] == []
+    side = kernel("_decode_split", 40, 8, 13)
+    lines, listing = profile_problems(trace(tmp_path, [marker, *own, side]), KERNELS, "s")
+    assert [reason_code(x) for x in lines] == ["side-stream"]
+    assert len(listing) == 3
+    stock = kernel("void at::native::flash_fwd_kernel", 20, 30, 7)
+    lines, _ = profile_problems(trace(tmp_path, [marker, *own, stock]), KERNELS, "s")
+    assert [reason_code(x) for x in lines] == ["kernels-missing"] and "%" in lines[0]
+    lines, _ = profile_problems(trace(tmp_path, [marker, stock]), KERNELS, "s")
+    assert "none of the candidate's kernels" in lines[0]
+    assert profile_problems([], KERNELS, "s") == ([], [])  # nothing recorded: not blamed
+
+
+def series(event: float, tail: float, xhost: float, n: int = 20) -> dict[str, list[float]]:
+    return {
+        "event_us": [event] * n,
+        "tail_us": [tail] * n,
+        "enqueue_us": [5.0] * n,
+        "xhost_us": [xhost] * 8,
+        "xevent_us": [event + 10.0] * 8,
+    }
+
+
+def test_timer_cross_check() -> None:
+    base = series(20.0, 4.0, 40.0)
+    honest = {"candidate": series(10.0, 5.0, 30.0), "baseline:b": base}
+    assert timer_problems(honest, "s") == []
+    tail = {"candidate": series(2.0, 150.0, 30.0), "baseline:b": base}
+    assert [reason_code(x) for x in timer_problems(tail, "s")] == ["timer-mismatch"]
+    host = {"candidate": series(2.0, 5.0, 300.0), "baseline:b": base}
+    assert [reason_code(x) for x in timer_problems(host, "s")] == ["timer-mismatch"]
+
+
+def test_scenario_figures_and_flags() -> None:
+    task = get_task("decode_linear")
+    scenario = task.scenarios("cuda")[0]
+    dtype = task.dtypes["cuda"][0]
+    nbytes = task.bytes_moved(scenario, dtype)
+    roof_us = nbytes / (3000.0 * 1e3)  # at 3000 GB/s
+    runs = {
+        "candidate": series(2 * roof_us, 4, 30),
+        "baseline:F.linear": series(4 * roof_us, 4, 30),
+    }
+    s = scenario_result(task, scenario, dtype, runs, "cuda", 3000.0, {"F.linear": 4 * roof_us})
+    assert s.baseline == "F.linear" and abs(s.speedup - 2.0) < 1e-9 and s.win
+    assert abs(s.pct_roofline - 50.0) < 1e-6 and s.flags == []
+    fast = {
+        "candidate": series(0.5 * roof_us, 4, 30),
+        "baseline:F.linear": runs["baseline:F.linear"],
+    }
+    s = scenario_result(task, scenario, dtype, fast, "cuda", 3000.0, {"F.linear": roof_us})
+    assert s.flags == ["beyond-roofline", "baseline-slowdown"] and not s.win
+    cpu = scenario_result(task, scenario, dtype, runs, "cpu", 0.0, {})
+    assert cpu.speedup is None and cpu.roofline_us == 0.0 and not cpu.win
