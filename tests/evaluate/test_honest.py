@@ -41,6 +41,7 @@ def test_cpu_timing_is_labelled_and_catches_a_shape_cache() -> None:
         assert s.speedup is None and s.speedup_ci is None and not s.win
         assert s.candidate.n == 3 and s.candidate.median_us > 0
         assert set(s.baselines) == {"sdpa_masked", "sdpa_sliced"}
+    assert EvalResult.from_json(honest.to_json()) == honest
     assert not cacher.correct
     assert cacher.reason_codes[0] == "timed-output-mismatch", cacher.reasons
 

@@ -24,6 +24,7 @@ CPU figures are interpreter perf_counter times: no speedup, no roofline.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -159,7 +160,7 @@ def scenario_result(
     return ScenarioResult(
         name=scenario.name,
         regime=scenario.regime,
-        params=dict(scenario.params),
+        params=json.loads(json.dumps(dict(scenario.params))),  # tuples as lists, as in JSON
         dtype=str(dtype).removeprefix("torch."),
         candidate=cand_stats,
         baselines=baselines,
