@@ -5,13 +5,16 @@
 
 For each kernel task, from its seed (the naive starting point):
 
-  offline     `evokernel evolve` (run dirs under OUT/evolve_runs/) with the offline mutator only, for at most a quarter of the
-              seed's declared knob space in evaluations (the seed's own evaluation included);
+  offline     `evokernel evolve` with the offline mutator only (run dirs under
+              OUT/evolve_runs/), for at most a quarter of the seed's declared knob space in
+              evaluations (the seed's own evaluation included);
   exhaustive  every combination of the declared knob values (`blocks.knob_space` +
               `blocks.set_knobs`), evaluated by the same evaluator with the same options
               through `evaluate_many` (compile and correctness in parallel, timing exclusive).
 
-It prints, per public scenario, the best speedup [95% interval] against the stock baseline in
+Both arms use the same evaluator options: 30 timed rounds per scenario (`--reps`), no
+profiler pass (`--profile` adds it), the evaluator's correctness checks in full. It prints,
+per public scenario, the best speedup [95% interval] against the stock baseline in
 each arm; evaluations per minute and the valid rate of each arm; and the offline best fitness
 as a percentage of the exhaustive best (the goal: >= 98% within <= 25% of the evaluations).
 The figures go to OUT/evolve_bench.json; the last stdout line is the same document.
@@ -160,7 +163,7 @@ def run_offline(task: str, device: str, evals: int, out: Path, args: argparse.Na
     arm = Arm("offline")
     t0 = time.monotonic()
     try:
-        session.execute(stream=sys.stdout if args.verbose else io.StringIO(), live=False)
+        session.execute(stream=io.StringIO() if args.quiet else sys.stdout, live=False)
         arm.wall_s = time.monotonic() - t0
         for p in session.db.programs:
             result = session.db.result(p.id)
@@ -256,12 +259,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exhaustive-limit", type=int, default=0, help="cap on the exhaustive sweep")
     p.add_argument("--workers", type=int, default=0, help="evaluate_many workers (exhaustive)")
     p.add_argument("--offline-workers", type=int, default=0, help="evaluation workers (offline)")
-    p.add_argument("--reps", type=int, default=0, help="timed rounds per scenario (0: default)")
+    p.add_argument(
+        "--reps", type=int, default=30, help="timed rounds per scenario (0: evaluator default)"
+    )
     p.add_argument("--profile", action="store_true", help="profiler pass per scenario")
     p.add_argument("--timeout", type=float, default=180.0, help="per evaluation, seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="default OUT/evolve_bench.json")
-    p.add_argument("--verbose", action="store_true", help="show the offline run's progress")
+    p.add_argument("--quiet", action="store_true", help="hide the offline run's progress lines")
     return p.parse_args(argv)
 
 
@@ -280,6 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "device": device,
         "fitness": fitness_label(device),
+        "options": {
+            "reps": args.reps or "evaluator default",
+            "profile": args.profile,
+            "exhaustive_workers": args.workers,
+            "offline_workers": args.offline_workers or (2 if device == "cuda" else 1),
+            "timeout_s": args.timeout,
+            "seed": args.seed,
+        },
         "tasks": [bench_task(t, device, args) for t in tasks],
     }
     report["wall_s"] = round(time.monotonic() - t0, 1)
