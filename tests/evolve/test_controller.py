@@ -289,3 +289,17 @@ def test_dispatch_never_picks_a_scenario_loser(tmp_path):
     assert (tmp_path / "r" / "best.py").read_text() == next(
         p.code for p in rows if p.id == out.summary.best["id"]
     )
+
+
+class CrashingMutator(KnobMutator):
+    def propose(self, ctx: MutationContext) -> Proposal:
+        if ctx.iteration == 1:
+            raise ValueError("bug in a mutator")
+        return super().propose(ctx)
+
+
+def test_a_crashing_mutator_costs_one_iteration_not_the_run(tmp_path):
+    out, rows = _run(tmp_path / "r", _cfg(budget={"iterations": 4}), mutator=CrashingMutator())
+    assert out.summary.iterations_done == 4
+    (bad,) = [p for p in rows if p.status == "rejected"]
+    assert bad.iteration == 1 and "ValueError: bug in a mutator" in bad.reasons[0]

@@ -114,7 +114,7 @@ class Controller:
                     generation=0,
                     parent_ids=(),
                     kind="seed",
-                    description="the task's seed program",
+                    description="the starting program",
                     status="",
                     code=code,
                     code_hash=code_digest(code),
