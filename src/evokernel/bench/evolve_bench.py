@@ -1,7 +1,8 @@
 """Benchmark of the search: the offline mutator against an exhaustive sweep of the same knobs.
 
     PYTHONPATH=src python3 -m evokernel.bench.evolve_bench --out $OUT [--tasks a,b]
-        [--evals N] [--exhaustive-limit N] [--workers N] [--device cuda|cpu] [--json PATH]
+        [--evals N] [--exhaustive-limit N] [--workers N] [--max-minutes M] [--reps N]
+        [--device cuda|cpu] [--json PATH]
 
 For each kernel task, from its seed (the naive starting point):
 
@@ -124,6 +125,9 @@ def run_exhaustive(task: str, seed: str, device: str, args: argparse.Namespace) 
     chunk = max(1, 2 * args.workers)
     t0 = time.monotonic()
     for i in range(0, len(codes), chunk):
+        if time.monotonic() > args.deadline:
+            print(f"  exhaustive: --max-minutes reached after {arm.evaluations}", flush=True)
+            break
         part = codes[i : i + chunk]
         results = evaluate_many(task, part, device=device, options=options, workers=args.workers)
         for code, result in zip(part, results):
@@ -149,7 +153,11 @@ def run_offline(task: str, device: str, evals: int, out: Path, args: argparse.Na
             "in_flight": workers,
             "islands": {"count": 2, "migration_interval": 2, "migration_count": 1},
             "selection": {"exploit": 0.8, "explore": 0.1, "random": 0.1},
-            "budget": {"iterations": max(0, evals - 1)},  # the seed is the first evaluation
+            # the seed is the first evaluation; --max-minutes bounds the session
+            "budget": {
+                "iterations": max(0, evals - 1),
+                "wall_time_s": max(1.0, args.deadline - time.monotonic()),
+            },
             "evaluator": {
                 "workers": workers,
                 "timeout_s": args.timeout,
@@ -266,6 +274,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=180.0, help="per evaluation, seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="default OUT/evolve_bench.json")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="stop starting evaluations after this long (partial arms are reported as such)",
+    )
     p.add_argument("--quiet", action="store_true", help="hide the offline run's progress lines")
     return p.parse_args(argv)
 
@@ -281,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs.exists():
         args.runs = args.out / f"evolve_runs-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.monotonic()
+    args.deadline = t0 + args.max_minutes * 60 if args.max_minutes else float("inf")
     tasks = [t for t in args.tasks.split(",") if t]
     report: dict[str, Any] = {
         "device": device,
@@ -293,14 +308,18 @@ def main(argv: list[str] | None = None) -> int:
             "timeout_s": args.timeout,
             "seed": args.seed,
         },
-        "tasks": [bench_task(t, device, args) for t in tasks],
+        "tasks": [],
+        "table": [],
+        "wall_s": 0.0,
     }
-    report["wall_s"] = round(time.monotonic() - t0, 1)
-    report["table"] = [_line(t) for t in report["tasks"]]
-    print(f"evolve_bench: {len(tasks)} task(s) in {report['wall_s']:.0f} s on {device}")
     path = args.json or args.out / "evolve_bench.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    for task in tasks:  # the document is rewritten after each task: partial runs leave figures
+        report["tasks"].append(bench_task(task, device, args))
+        report["table"] = [_line(t) for t in report["tasks"]]
+        report["wall_s"] = round(time.monotonic() - t0, 1)
+        path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"evolve_bench: {len(tasks)} task(s) in {report['wall_s']:.0f} s on {device}")
     print(json.dumps(report, default=str))
     return 0
 
