@@ -89,6 +89,15 @@ class CandidateRun:
         )
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evokernel-reference")
         self.ready: dict[str, Any] = {}
+        # Seconds spent per stage (start-up, load, correctness, timing), kept as an artifact so
+        # the cost of an evaluation can be read without a profiler.
+        self.phases: dict[str, float] = {}
+        self._mark = time.monotonic()
+
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._mark, 2)
+        self._mark = now
 
     # --- bookkeeping -------------------------------------------------------------------------
     def add(self, lines: list[str] | str | None) -> None:
@@ -144,6 +153,7 @@ class CandidateRun:
             self.result.artifacts["reasons_dropped"] = str(extra)
         self.result.correct = not self.result.reasons
         self.result.wall_s = time.monotonic() - start
+        self.result.artifacts["phases"] = json.dumps(self.phases)
         return self.result
 
     def _attempt(self) -> None:
@@ -178,6 +188,7 @@ class CandidateRun:
                     f"worker setup failed: {str(ready.get('detail', ready))[-300:]}"
                 )
             self.ready = ready
+            self._phase("startup")
             self.result.device = self._device_info(ready.get("device", {}))
             path = worker.dir / "candidate.py"
             path.write_text(self.source)
@@ -187,13 +198,16 @@ class CandidateRun:
             )
             try:
                 self._load(worker, str(path))
+                self._phase("load")
                 self._correctness(worker)
+                self._phase("correctness")
                 if opts.time and not self.result.reasons:
                     self._timing(worker)
+                    self._phase("timing")
                 if not self.result.reasons:
                     self.result.stage = "done"
             except _Stop:
-                pass
+                self._phase(self.result.stage)
         finally:
             self.result.artifacts.update(worker.close())
 
@@ -317,8 +331,13 @@ class CandidateRun:
         listing: dict[str, Any] = {}
         for scenario in public_scenarios(self.task, self.device, self.options):
             plan = timing_plan(self.task, scenario, self.device, self.options, self.seed, l2, True)
+            asked = time.monotonic()
             with self.slot.exclusive():
+                got = time.monotonic()
                 reply = self._reply(worker, plan.message(), "timed")
+            self.phases["timing_wait"] = round(self.phases.get("timing_wait", 0) + got - asked, 2)
+            held = time.monotonic() - got
+            self.phases["timing_held"] = round(self.phases.get("timing_held", 0) + held, 2)
             if reply.get("reason"):
                 who = str(reply.get("implementation", "candidate"))
                 line = str(reply["reason"])
