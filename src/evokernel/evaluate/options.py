@@ -24,8 +24,9 @@ class EvalOptions:
     hidden:           also check the task's hidden scenarios (correctness only).
     input_sets:       input sets per scenario in the timed dtype, cycling distributions.
     reps:             timed rounds per scenario (each round calls the candidate and every
-                      baseline once, in random order); None: 50 on CUDA, 3 on the CPU.
-    warmup:           untimed rounds first; None: 5 on CUDA, 1 on the CPU.
+                      baseline once, in random order); None: 50 on CUDA, 2 on the CPU
+                      (interpreter timings carry no claim; the rounds exercise the path).
+    warmup:           untimed rounds first; None: 5 on CUDA, 0 on the CPU (nothing compiles).
     recheck:          timed candidate outputs per scenario re-checked against the reference.
     static_check:     run the static pre-check (tests turn it off to prove the dynamic checks).
     profile:          on CUDA, a profiler pass per scenario (kernels, streams).
@@ -79,6 +80,6 @@ class EvalOptions:
         cuda = device == "cuda"
         return replace(
             self,
-            reps=self.reps if self.reps is not None else (50 if cuda else 3),
-            warmup=self.warmup if self.warmup is not None else (5 if cuda else 1),
+            reps=self.reps if self.reps is not None else (50 if cuda else 2),
+            warmup=self.warmup if self.warmup is not None else (5 if cuda else 0),
         )

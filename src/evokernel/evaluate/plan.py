@@ -8,6 +8,11 @@ and one set in every other dtype of the device; then each hidden scenario with o
 timed dtype. Input sets differ by seed, and the task draws its distribution and its junk kind
 from the seed, so several sets cover several distributions.
 
+Every job calls the candidate twice on the same inputs (outputs must agree: races, reads of
+uninitialised memory) on CUDA. The CPU interpreter runs programs one after another, so a race
+cannot show there: on the CPU only the first input set of each public scenario is repeated,
+which keeps the check (and its hostile test) at half the interpreter time.
+
 Timing schedule: `warmup` + `reps` rounds, each a random order of the implementations; the
 inputs rotate among `copies` clones of one or two input sets, enough that the bytes touched
 between two uses of one copy exceed the L2 cache three times (at most 4 GiB of copies).
@@ -41,6 +46,7 @@ class CheckJob:
     seed: int
     perturb_seed: int | None
     note: str
+    repeat: bool = True  # call twice on the same inputs and compare
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ def hidden_seed(seed: int) -> int:
 
 def check_jobs(task: Task, device: str, options: EvalOptions, seed: int) -> list[CheckJob]:
     dtypes = task.dtypes[device]
+    cuda = device == "cuda"
     jobs = []
     for scenario in public_scenarios(task, device, options):
         for j in range(options.input_sets):
@@ -105,6 +112,7 @@ def check_jobs(task: Task, device: str, options: EvalOptions, seed: int) -> list
                     derive_seed(seed, "check", scenario.name, str(dtypes[0]), j),
                     derive_seed(seed, "check-perturb", scenario.name) if j == 0 else None,
                     f"input set {j + 1}",
+                    repeat=cuda or j == 0,
                 )
             )
         for dtype in dtypes[1:]:
@@ -116,6 +124,7 @@ def check_jobs(task: Task, device: str, options: EvalOptions, seed: int) -> list
                     derive_seed(seed, "check", scenario.name, str(dtype), 0),
                     None,
                     "input set 1",
+                    repeat=cuda,
                 )
             )
     if options.hidden:
@@ -128,6 +137,7 @@ def check_jobs(task: Task, device: str, options: EvalOptions, seed: int) -> list
                     derive_seed(seed, "check", scenario.name, str(dtypes[0]), 0),
                     None,
                     "",
+                    repeat=cuda,
                 )
             )
     return jobs

@@ -257,6 +257,7 @@ class CandidateRun:
                 "seed": job.seed,
                 "dtype": str(job.dtype),
                 "perturb_seed": job.perturb_seed,
+                "repeat": job.repeat,
             }
             with self.slot.shared():
                 reply = self._reply(worker, message, "checked")

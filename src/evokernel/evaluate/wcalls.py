@@ -196,11 +196,13 @@ def check_job(
     fn: Callable[..., Any],
     inputs: dict[str, Any],
     perturb: Callable[[dict[str, Any]], None] | None,
+    repeat: bool = True,
 ) -> list[dict[str, Any]]:
-    """Two calls on `inputs`, then one after `perturb` (when given). One record per call:
-    {"type", "device", "out"} or {"reason"}, plus "mutated" input names."""
+    """Two calls on `inputs` (one when not `repeat`), then one after `perturb` (when given).
+    One record per call: {"type", "device", "out"} or {"reason"}, plus "mutated" input names."""
     records: list[dict[str, Any]] = []
-    plan = ["same", "same"] + (["perturbed"] if perturb is not None else [])
+    plan = ["same", "same"] if repeat else ["same"]
+    plan += ["perturbed"] if perturb is not None else []
     for step in plan:
         if step == "perturbed" and perturb is not None:
             perturb(inputs)

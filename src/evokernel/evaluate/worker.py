@@ -164,7 +164,7 @@ class Session:
             seed = msg["perturb_seed"]
             perturb = lambda x: self.task.perturb(x, seed)
         self.caller.limit_device_memory()
-        records = check_job(self.caller, self.entry, inputs, perturb)
+        records = check_job(self.caller, self.entry, inputs, perturb, bool(msg.get("repeat", True)))
         return {"op": "checked", "records": records, "problems": self.guards.problems()}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
