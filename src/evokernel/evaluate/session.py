@@ -5,8 +5,9 @@ Stages (EvalResult.stage is the last one reached):
   correctness  every job of plan.check_jobs; the parent builds the same inputs from the same
                seed, computes the float64 reference in a helper thread while the worker runs
                the candidate, and judges the raw outputs (compare.py)
-  timing       only if every check passed: per public scenario the timed phase (exclusive
-               device lock), the re-check of sampled timed outputs, and on CUDA a profiler pass
+  timing       only if every check passed: per public scenario the timing inputs are built
+               (shared device lock), then the timed phase (exclusive device lock), the
+               re-check of sampled timed outputs, and on CUDA a profiler pass
   done
 
 Failures before the candidate is imported (the worker did not start, or broke during its own
@@ -332,6 +333,8 @@ class CandidateRun:
         listing: dict[str, Any] = {}
         for scenario in public_scenarios(self.task, self.device, self.options):
             plan = timing_plan(self.task, scenario, self.device, self.options, self.seed, l2, True)
+            with self.slot.shared():
+                self._reply(worker, {**plan.message(), "op": "prepare"}, "prepared")
             asked = time.monotonic()
             with self.slot.exclusive():
                 got = time.monotonic()

@@ -57,6 +57,7 @@ class Session:
         self.entry: Any = None
         self.path: str | None = None
         self.hidden: dict[int, dict[str, Any]] = {}
+        self.prepared: tuple[str, Any] | None = None  # (scenario, TimedScenario) built early
         if self.mode == "call":
             return
         import torch
@@ -167,7 +168,7 @@ class Session:
         records = check_job(self.caller, self.entry, inputs, perturb, bool(msg.get("repeat", True)))
         return {"op": "checked", "records": records, "problems": self.guards.problems()}
 
-    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _timed_scenario(self, msg: dict[str, Any]) -> Any:
         from evokernel.evaluate.wtiming import TimedScenario
 
         scenario = self.scenario(msg["scenario"], None)
@@ -175,7 +176,21 @@ class Session:
         fns = {f"baseline:{k}": v for k, v in self.task.baselines(scenario).items()}
         if self.entry is not None:
             fns["candidate"] = self.entry
-        timed = TimedScenario(self.task, scenario, dtype, fns, self.caller, msg, self.spin_rate)
+        return TimedScenario(self.task, scenario, dtype, fns, self.caller, msg, self.spin_rate)
+
+    def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build one scenario's timing inputs (CPU generation, copies on the device) before the
+        exclusive timed phase, so the device is held only while calls are timed."""
+        self.prepared = (msg["scenario"], self._timed_scenario(msg))
+        return {"op": "prepared", "problems": self.guards.problems()}
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared[0] == msg["scenario"]:
+            timed = prepared[1]
+        else:
+            timed = self._timed_scenario(msg)
+        del prepared
         threads = self.guards.os_threads()  # after building inputs (CPU thread pools start)
         self.caller.limit_device_memory()
         result = timed.run()
@@ -248,6 +263,7 @@ def _serve(conn: Any) -> None:
     handlers = {
         "load": session.load,
         "check": session.check,
+        "prepare": session.prepare,
         "time": session.time,
         "profile": session.profile,
         "calibrate": session.calibrate,
