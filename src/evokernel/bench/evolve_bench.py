@@ -122,7 +122,7 @@ def run_exhaustive(task: str, seed: str, device: str, args: argparse.Namespace) 
     codes = [blocks.set_knobs(seed, values) for values in space]
     arm = Arm("exhaustive")
     options = _options(args, device)
-    chunk = max(1, 2 * args.workers)
+    chunk = max(1, args.workers)  # small chunks: --max-minutes is checked between them
     t0 = time.monotonic()
     for i in range(0, len(codes), chunk):
         if time.monotonic() > args.deadline:
