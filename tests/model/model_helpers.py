@@ -4,7 +4,6 @@ and surgery on real safetensors files (to build broken checkpoints)."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -101,21 +100,6 @@ def header_span(path: Path) -> tuple[int, int]:
     """(start, end) byte offsets of the JSON header inside a safetensors file."""
     n = int.from_bytes(path.read_bytes()[:8], "little")
     return 8, 8 + n
-
-
-def next_token_stats(logits: torch.Tensor) -> dict[str, float]:
-    """Entropy (nats), top-1 probability and top-1 margin (logits) over [..., V] logits."""
-    logits = logits.float()
-    logp = logits.log_softmax(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    top2 = logits.topk(2, dim=-1).values
-    return {
-        "entropy_mean": entropy.mean().item(),
-        "entropy_max": entropy.max().item(),
-        "log_vocab": math.log(logits.shape[-1]),
-        "p1_mean": logp.max(-1).values.exp().mean().item(),
-        "margin_median": (top2[..., 0] - top2[..., 1]).median().item(),
-    }
 
 
 def vm_status_kb(field: str) -> int:

@@ -1,9 +1,10 @@
-"""Random checkpoints: exact preset shapes, determinism, layouts, tokenizer, and logits that are
-far from flat when transformers runs them."""
+"""Random checkpoints: exact preset shapes, determinism, layouts, tokenizer, logits that are far
+from flat when transformers runs them, and a deep model that bfloat16 does not derail."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import hf_model, next_token_stats
+from conditioning import logit_stats, measure
+from model_helpers import hf_model
 from safetensors.torch import load_file
 
 from evokernel.errors import ConfigError
+from evokernel.model import random as random_init
 from evokernel.model.config import Qwen3Config
 from evokernel.model.loader import load_model
 from evokernel.model.presets import PRESETS
@@ -176,9 +179,12 @@ def test_values_do_not_depend_on_thread_count() -> None:
 def test_init_scales_follow_the_documented_rule() -> None:
     cfg = Qwen3Config(**PRESETS["qwen3-0.6b"])
     assert init_stats("model.embed_tokens.weight", cfg) == (0.0, 1024**-0.5)
-    mean, _ = init_stats("model.norm.weight", cfg)
-    assert 6.0 < mean < 6.3  # 1.25 * sqrt(2 ln 151936)
-    assert init_stats("model.layers.0.self_attn.q_norm.weight", cfg)[0] == 1.6
+    mean, std = init_stats("model.norm.weight", cfg)
+    assert mean == 0.0 and 3.4 < std < 3.5  # sqrt(ln 151936)
+    assert init_stats("model.layers.0.self_attn.q_norm.weight", cfg) == (1.0, 0.1)
+    # the 56 blocks together add twice the embedding's RMS: each 2 / sqrt(56 * 1024)
+    _, o_std = init_stats("model.layers.3.self_attn.o_proj.weight", cfg)
+    assert o_std * 0.57 * math.sqrt(2048) == pytest.approx(2 / math.sqrt(56 * 1024))
 
 
 def _check_logits(path: Path, dtype: torch.dtype, length: int = 20) -> dict[str, float]:
@@ -191,12 +197,12 @@ def _check_logits(path: Path, dtype: torch.dtype, length: int = 20) -> dict[str,
     for h in out.hidden_states:
         assert torch.isfinite(h).all()
     logits = out.logits.float()
-    stats = next_token_stats(logits)
-    assert stats["entropy_mean"] < 0.5 * stats["log_vocab"], stats
-    assert stats["p1_mean"] > 0.2, stats
+    stats = logit_stats(logits)
+    assert 0.3 * stats["log_vocab"] < stats["entropy_mean"] < 0.6 * stats["log_vocab"], stats
+    assert stats["p1_mean"] > 0.05, stats
     assert stats["margin_median"] > 0.3, stats
     top = logits.argmax(-1)  # [6, length]
-    assert (top == ids).float().mean() < 0.2, "the argmax just repeats the input token"
+    assert (top == ids).float().mean() < 0.1, "the argmax just repeats the input token"
     assert top[:, -1].unique().numel() >= 4, "different prompts give the same argmax"
     assert top[[0, 3, 4, 5], -1].unique().numel() >= 2, "the argmax ignores the context"
     return stats
@@ -207,8 +213,41 @@ def test_tiny_logits_are_not_flat(tiny_dir: Path) -> None:
 
 
 def test_qwen3_06b_shapes_logits_are_not_flat(mid_dir: Path) -> None:
-    stats = _check_logits(mid_dir, torch.float32)
-    assert stats["entropy_mean"] < 4.0, stats
+    _check_logits(mid_dir, torch.float32)
+
+
+DEEP = {"layers": 28, "hidden": 256, "intermediate": 768, "heads": 4, "kv_heads": 2}
+DEEP |= {"head_dim": 64, "vocab": 8192, "tokenizer": False}  # Qwen3-0.6B's depth, small width
+
+
+def test_deep_model_is_well_conditioned_in_bf16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """28 layers: bf16 rounding stays near its floor (KL ~1.2e-3 here; q/k norm weights of 1.6,
+    as this init used to have, give ~4x more), and the logits still depend on the positions
+    and on the causal mask."""
+    path = write_random_checkpoint(tmp_path / "deep", "qwen3-0.6b", seed=0, **DEEP)
+    m = measure(path)
+    assert m["kl_mean"] < 2.5e-3 and m["kl_max"] < 1e-2, m
+    assert m["argmax_agreement"] >= 0.9, m
+    assert m["kl_fused_mean"] < 5e-3, m
+    assert 0.3 * m["log_vocab"] < m["entropy_mean"] < 0.6 * m["log_vocab"], m
+    assert m["margin_median"] > 0.3, m
+    assert m["repeats_input"] < 0.1 and m["distinct_argmax"] > 0.5, m
+    assert m["changed_by_shuffled_positions"] > 0.3, m
+    assert m["changed_without_causal_mask"] > 0.5, m
+
+    # The measurement sees ill-conditioning: sharper attention alone makes bf16 derail.
+    plain = random_init.init_stats
+
+    def sharp(name: str, cfg: Qwen3Config) -> tuple[float, float]:
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            return 1.6, 0.16
+        return plain(name, cfg)
+
+    monkeypatch.setattr(random_init, "init_stats", sharp)
+    sharp_path = write_random_checkpoint(tmp_path / "sharp", "qwen3-0.6b", seed=0, **DEEP)
+    assert measure(sharp_path)["kl_mean"] > 2.5 * m["kl_mean"]
 
 
 def test_full_qwen3_06b_writes_fast_and_stays_finite_in_bf16(tmp_path: Path) -> None:
@@ -217,8 +256,7 @@ def test_full_qwen3_06b_writes_fast_and_stays_finite_in_bf16(tmp_path: Path) -> 
     seconds = time.perf_counter() - start
     assert (path / "model.safetensors").stat().st_size > 1_192_000_000
     assert seconds < 30, f"writing the 0.6B checkpoint took {seconds:.1f} s"
-    stats = _check_logits(path, torch.bfloat16, length=8)
-    assert stats["entropy_mean"] < 4.0, stats
+    _check_logits(path, torch.bfloat16, length=8)
     shutil.rmtree(path)  # 1.2 GB: do not leave it in pytest's kept temp dirs
 
 

@@ -12,25 +12,35 @@ of threads.
 
 Init scales. HF's default init (N(0, 0.02) everywhere) gives Qwen3-0.6B logits with std ~0.6:
 next-token entropy within 0.2 nats of log V, top-1 margins ~0.1, argmax set by rounding noise,
-so neither argmax agreement nor KL between two implementations would mean anything. Instead,
-with H hidden, I intermediate, L layers, V vocab (RMS means per element):
+so neither argmax agreement nor KL between two implementations would mean anything. The logits
+must be peaked, and the model must also survive bfloat16: a perturbation of the residual stream
+(each of its 2L bf16 additions rounds it, relative error ~0.0017) must not grow through the
+layers, or rounding alone moves the logits as much as a kernel bug would. With H hidden, I
+intermediate, L layers, V vocab (RMS means per element):
 
   * embed_tokens, lm_head, q/k/v/gate/up: N(0, 1/H). Rows of unit norm; the projections keep
     RMS (input normalised to RMS 1 -> output RMS 1).
-  * o_proj and down_proj: scaled so that each of the 2L blocks adds RMS r = (2L)^-1/2 to the
-    residual stream (o_proj assumes attention outputs of RMS ~0.5, an average over a few
-    values; down_proj that silu(gate) * up has RMS 0.596 for unit-normal inputs). The stream
-    ends at RMS ~1, so the layers, not the input embedding (RMS H^-1/2), decide the output:
-    with tied embeddings the current token gets a bias of only ~1 logit std on its own logit.
-  * final norm weight ~ s = 1.25 * sqrt(2 ln V) (6.1 for Qwen3's vocab, 4.4 for `tiny`), so
-    logits have std ~s: entropy ~2.5 nats of log V = 11.9, top-1 probability ~0.4, median
-    top-1 margin ~1 logit for V = 151936 (a Gaussian's maximum over V draws sits near
-    std * sqrt(2 ln V); 1.25 of that puts the top few tokens clearly apart from the rest).
-  * q_norm, k_norm weights ~1.6: attention scores then have std ~1.6^2 = 2.6 (per-head RMS
-    normalised q and k), sharp enough that attention output depends on which positions are
-    attended, so masking, RoPE and KV-cache mistakes change the logits.
-  * other norms ~1; every norm weight has 10% per-channel noise, so skipping one is visible.
+  * o_proj and down_proj: scaled so that the 2L blocks together add BLOCKS_TO_EMBED = 2 times
+    the embedding's RMS, each an equal share r = 2 (2 L H)^-1/2 (o_proj assumes attention
+    outputs of RMS 0.57, measured; down_proj that silu(gate) * up has RMS 0.596 for unit-normal
+    inputs). The embedding keeps a real share of the stream and each block is a small update.
+  * q_norm, k_norm ~1: attention scores have std ~1 (per-head RMS-normalised q and k). Soft
+    enough that rounding in q and k barely moves the attention weights (q/k norm weights of
+    1.6, scores of std 2.6, made bf16 ~5x worse), sharp enough that positions matter:
+    shuffling them or dropping the causal mask changes most argmaxes.
+  * final norm weight ~ N(0, s^2), s = sqrt(ln V) (3.45 for Qwen3's vocab, 2.5 for `tiny`):
+    logits have std ~s, next-token entropy ~half of log V (Gaussian logits of std s over V
+    tokens keep about ln V - s^2/2 nats). Not larger: the bf16 noise in the logits grows with
+    s. Zero mean, not s: the embeddings are tied and the stream holds the input token's
+    embedding, so a positive mean m would add ~m sqrt(H) / |stream| to that token's own logit
+    and the model would predict its input.
+  * the other norms ~1; every norm weight except the final one has 10% per-channel noise, so
+    skipping one is visible.
 
+What remains in bfloat16 is the rounding itself, which no init removes: the final hidden state
+ends ~1.5% off the float32 one (mostly the 2L roundings of the stream), and with Gaussian
+logits of std s that costs KL(fp32 || bf16) ~ 0.5 (0.015 s)^2: 1.6-2.0e-3 measured for
+Qwen3-0.6B (docs/model.md has the figures; tests/model/conditioning.py measures them).
 Values stay within a few units through any depth, finite in bf16 and fp16.
 """
 
@@ -65,9 +75,9 @@ ALIASES = {
     "intermediate": "intermediate_size",
     "vocab": "vocab_size",
 }
-ATTN_OUT_RMS = 0.5
+BLOCKS_TO_EMBED = 2.0  # RMS the 2L blocks add together, in units of the embedding's RMS
+ATTN_OUT_RMS = 0.57  # attention output RMS with unit-RMS values and scores of std ~1 (measured)
 SILU_GLU_RMS = 0.596  # sqrt(E[silu(z)^2]) for z ~ N(0, 1), times the RMS-1 up projection
-QK_NORM_MEAN = 1.6
 NORM_NOISE = 0.1
 GENERATOR = "evokernel model random"  # safetensors metadata: marks files safe to overwrite
 BLOCK = 1 << 22  # elements drawn from one generator (blocks are drawn in parallel)
@@ -191,15 +201,11 @@ def resolve_options(
 def init_stats(name: str, cfg: Qwen3Config) -> tuple[float, float]:
     """(mean, std) of the normal distribution tensor `name` is drawn from (module docstring)."""
     H, inter, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    block_rms = (2 * L) ** -0.5
+    block_rms = BLOCKS_TO_EMBED * (2 * L * H) ** -0.5
+    if name == "model.norm.weight":
+        return 0.0, math.sqrt(math.log(cfg.vocab_size))
     if name.endswith("norm.weight"):
-        if name == "model.norm.weight":
-            mean = 1.25 * math.sqrt(2 * math.log(cfg.vocab_size))
-        elif name.endswith(("q_norm.weight", "k_norm.weight")):
-            mean = QK_NORM_MEAN
-        else:
-            mean = 1.0
-        return mean, NORM_NOISE * mean
+        return 1.0, NORM_NOISE
     if name.endswith("o_proj.weight"):
         return 0.0, block_rms / (ATTN_OUT_RMS * math.sqrt(cfg.q_size))
     if name.endswith("down_proj.weight"):
