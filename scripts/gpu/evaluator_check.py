@@ -116,8 +116,11 @@ def main() -> int:
             expect(f"{label} under 60 s", result.wall_s < 60, f"{result.wall_s:.1f} s")
             flagged = [s.name for s in result.scenarios if "beyond-roofline" in s.flags]
             expect(f"{label} within the roofline", not flagged, ", ".join(flagged))
-        wins = [s.name for s in done["attention split16"].scenarios if s.win]
-        expect("split16 beats the fastest baseline somewhere", bool(wins), ", ".join(wins))
+        # An honest candidate faster than the stock baseline must pass with a win: the linear
+        # seed beats cuBLAS on the narrow o projection. Attention speedups are reported, not
+        # expected (flash SDPA is near the roofline at long contexts).
+        wins = [s.name for s in done["linear seed"].scenarios if s.win]
+        expect("an honest faster candidate wins somewhere", bool(wins), ", ".join(wins))
 
         names = sorted(EXPECTED)
         hostile = evaluate_many(ATTENTION, [HOSTILE / n for n in names], "cuda", QUICK, workers=2)

@@ -69,17 +69,21 @@ def test_honest_after_illegal_address(tmp_path: Path) -> None:
     assert descendants() == []
 
 
-def test_honest_faster_candidate_passes_with_figures(tmp_path: Path) -> None:
-    result = evaluate(TASK, split_seed(tmp_path), "cuda", EvalOptions(seed=22))
+def test_honest_faster_candidate_passes_with_figures() -> None:
+    # The decode_linear seed beats cuBLAS on the narrow o projection (2048 -> 1024, M=1):
+    # 1.32x [1.32, 1.33] on an H200, where cuBLAS reads at 0.33 TB/s (performance.md).
+    linear = get_task("decode_linear")
+    result = evaluate(linear.name, linear.seed_candidate, "cuda", EvalOptions(seed=22))
     assert result.correct, result.reasons
     assert result.device is not None and result.device.copy_gbps > 100
     names = [s.name for s in result.scenarios]
-    assert names == [s.name for s in get_task(TASK).scenarios("cuda")]
+    assert names == [s.name for s in linear.scenarios("cuda")]
     for s in result.scenarios:
         assert s.speedup is not None and s.speedup_ci is not None
         assert s.speedup_ci[0] <= s.speedup <= s.speedup_ci[1]
         assert 0 < s.pct_roofline <= 105, s
         assert "beyond-roofline" not in s.flags
-    assert any(s.win for s in result.scenarios), [(s.name, s.speedup_ci) for s in result.scenarios]
-    assert "kernels" in result.artifacts and "_decode_split" in result.artifacts["kernels"]
+    o_proj = result.scenario("o_m1")
+    assert o_proj is not None and o_proj.win, [(s.name, s.speedup_ci) for s in result.scenarios]
+    assert "kernels" in result.artifacts and "_linear_tile" in result.artifacts["kernels"]
     assert result.wall_s < 60
