@@ -236,11 +236,13 @@ def resume_session(
     stored = str(db.meta("device"))
     if device is not None and devices.resolve(device) != stored:
         raise ConfigError(f"{run.path} runs on {stored}; it cannot resume on {device}")
-    devices.prepare(stored)
     cfg = config_from_dict(db.meta("config"))
     if seed is not None and seed != cfg.seed:
         raise ConfigError(f"{run.path} uses seed {cfg.seed}; --seed cannot change it")
     if problem is None:
+        # The stored problem runs here again: its device must exist (a CUDA run cannot resume
+        # on a machine without one) and set the Triton mode, as when the run was created.
+        devices.prepare(devices.resolve(stored))
         problem = problem_from_spec(db.meta("problem"), stored, cfg, db.meta("seed_code"))
     space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
     if iterations is not None and iterations != db.meta("iterations_target"):
