@@ -33,17 +33,11 @@ ATTENTION = "gqa_decode_attention"
 QUICK = EvalOptions(
     seed=31, static_check=False, hidden=False, scenarios=("b1_ctx1024",), timeout_s=240
 )
-# hostile file -> (required reason code, codes allowed besides)
+# hostile file -> (required reason code, codes allowed besides), shared with the other GPU check
 EXPECTED = {
-    "illegal_address.py": ("cuda-error", {"cuda-error"}),
-    "wrong_device.py": ("output-device", {"output-device"}),
-    "side_stream.py": ("side-stream", {"side-stream"}),
-    "patches_event_timer.py": ("patched", {"patched", "kernels-missing"}),
-    "torch_only.py": ("kernels-missing", {"kernels-missing"}),
-    "escapes_the_events.py": (
-        "timer-mismatch",
-        {"timer-mismatch", "side-stream", "kernels-missing"},
-    ),
+    name: (e["required"], set(e["allowed"]))
+    for name, e in json.loads((HOSTILE / "expected.json").read_text()).items()
+    if not name.startswith("_")
 }
 
 

@@ -6,6 +6,7 @@ so the honest candidate evaluated next still passes, with timings and a speedup 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,17 +24,11 @@ QUICK = EvalOptions(
     seed=21, static_check=False, hidden=False, scenarios=("b1_ctx1024",), timeout_s=240
 )
 
-# file -> (required code, allowed codes)
+# hostile file -> (required reason code, codes allowed besides), shared with the other GPU check
 EXPECTED = {
-    "illegal_address.py": ("cuda-error", {"cuda-error"}),
-    "wrong_device.py": ("output-device", {"output-device"}),
-    "side_stream.py": ("side-stream", {"side-stream"}),
-    "patches_event_timer.py": ("patched", {"patched", "kernels-missing"}),
-    "torch_only.py": ("kernels-missing", {"kernels-missing"}),
-    "escapes_the_events.py": (
-        "timer-mismatch",
-        {"timer-mismatch", "side-stream", "kernels-missing"},
-    ),
+    name: (e["required"], set(e["allowed"]))
+    for name, e in json.loads((GPU_HOSTILE / "expected.json").read_text()).items()
+    if not name.startswith("_")
 }
 
 
