@@ -24,8 +24,8 @@ from pathlib import Path
 
 from evokernel.evaluate import EvalOptions, EvalResult, evaluate, evaluate_many
 from evokernel.evaluate.procs import snapshot
-from evokernel.evolve.blocks import set_knobs
 from evokernel.tasks import get_task
+from evokernel.tasks.blocks import set_knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "evaluate" / "hostile_gpu"

@@ -84,7 +84,7 @@ def test_graph_batch_decode_equals_eager(small_bf16: Path) -> None:
 
 
 def test_seeded_sampling_on_cuda_is_reproducible(small_bf16: Path) -> None:
-    from evokernel.engine.sampling import SamplingParams
+    from evokernel.ops.sampling import SamplingParams
 
     model = load_engine(small_bf16, "cuda", torch.bfloat16, "triton")
     params = SamplingParams(temperature=1.0, top_k=50, top_p=0.9)

@@ -11,9 +11,9 @@ import torch
 from evokernel.engine.generate import GenerateOptions, generate
 from evokernel.engine.loading import load_engine
 from evokernel.engine.qwen3 import Qwen3Model
-from evokernel.engine.sampling import SamplingParams
 from evokernel.engine.verify import load_reference, reference_greedy
 from evokernel.errors import ConfigError
+from evokernel.ops.sampling import SamplingParams
 
 PROMPT = [256, 72, 101, 108, 108, 111]
 

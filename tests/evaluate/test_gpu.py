@@ -13,8 +13,8 @@ import pytest
 from eval_helpers import HERE, descendants
 
 from evokernel.evaluate import EvalOptions, evaluate, evaluate_many
-from evokernel.evolve.blocks import set_knobs
 from evokernel.tasks import get_task
+from evokernel.tasks.blocks import set_knobs
 
 pytestmark = pytest.mark.gpu
 

@@ -11,11 +11,11 @@ import time
 from typing import Any
 
 from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats, reason
-from evokernel.evolve import blocks
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.mutators.base import MutationContext, Proposal, Usage
 from evokernel.evolve.mutators.registry import MutatorSet
+from evokernel.tasks import blocks
 
 SEED = '''"""A toy candidate."""
 

@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from evokernel.evolve import blocks
-from evokernel.tasks import get_task
+from evokernel.tasks import blocks, get_task
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,8 @@ from task_checks import knob_corners, knob_space
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from evokernel.evolve.blocks import set_knobs
 from evokernel.tasks import get_task
+from evokernel.tasks.blocks import set_knobs
 
 H100_SHARED = 232_448  # bytes of shared memory one block may use on sm_90
 TARGET = GPUTarget("cuda", 90, 32)

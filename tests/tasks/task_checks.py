@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from evokernel.evolve.blocks import parse_knobs, set_knobs
 from evokernel.tasks import get_task
 from evokernel.tasks.base import Tolerance
+from evokernel.tasks.blocks import parse_knobs, set_knobs
 
 _loaded = itertools.count()
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from task_checks import knob_space, load_candidate, passes
 
-from evokernel.evolve.blocks import find_block, parse_knobs
 from evokernel.tasks import TASK_NAMES, get_task
 from evokernel.tasks.base import Scenario
+from evokernel.tasks.blocks import find_block, parse_knobs
 
 # The interpreter turns loop bounds loaded from memory (seq_lens) into ints through a path
 # NumPy deprecates; it works with the NumPy < 2.4 that CPU installs pin.

@@ -42,8 +42,8 @@ from typing import Any
 
 from evokernel import device as devices
 from evokernel.evaluate.result import EvalResult
-from evokernel.evolve import blocks
 from evokernel.evolve.fitness import fitness_label, kernel_fitness
+from evokernel.tasks import blocks
 
 GOAL_PCT = 98.0
 

@@ -69,7 +69,7 @@ def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import encode_prompt, load_engine, load_tokenizer
-    from evokernel.engine.sampling import SamplingParams
+    from evokernel.ops.sampling import SamplingParams
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     prompt = (

@@ -28,8 +28,8 @@ import torch
 
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.qwen3 import Qwen3Model
-from evokernel.engine.sampling import GREEDY, SamplingParams
 from evokernel.errors import ConfigError
+from evokernel.ops.sampling import GREEDY, SamplingParams
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -22,7 +22,7 @@ import torch
 
 from evokernel.engine.cache import KVCache
 from evokernel.engine.qwen3 import Qwen3Model
-from evokernel.engine.sampling import GREEDY
+from evokernel.ops.sampling import GREEDY
 
 WARMUP_STEPS = 3
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 
 from evokernel.evaluate.result import reason
-from evokernel.evolve.blocks import BlockError, find_block
+from evokernel.tasks.blocks import BlockError, find_block
 
 ALLOWED_MODULES = frozenset(
     {"torch", "torch.nn.functional", "triton", "triton.language", "math", "functools", "typing"}

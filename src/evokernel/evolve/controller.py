@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 
 from evokernel.errors import EvokernelError
 from evokernel.evaluate.result import EvalResult
-from evokernel.evolve import blocks
 from evokernel.evolve.config import SearchConfig
 from evokernel.evolve.database import Database, Program
 from evokernel.evolve.insights import insight_line, last_failure, recent_insights
@@ -43,6 +42,7 @@ from evokernel.evolve.mutators.registry import MutatorSet
 from evokernel.evolve.problem import Problem
 from evokernel.evolve.rundir import RunDir, atomic_write
 from evokernel.evolve.workers import Workers
+from evokernel.tasks import blocks
 
 SEED_ID = "seed"
 FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run

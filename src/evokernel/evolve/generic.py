@@ -29,9 +29,9 @@ from typing import Any
 
 from evokernel.errors import ConfigError
 from evokernel.evaluate.result import EvalResult, reason
-from evokernel.evolve import blocks
 from evokernel.evolve.config import SearchConfig
 from evokernel.evolve.fitness import GENERIC_LABEL
+from evokernel.tasks import blocks
 
 LABEL = "generic evaluator (combined_score)"
 

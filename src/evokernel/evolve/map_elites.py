@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evokernel.errors import ConfigError
-from evokernel.evolve import blocks
 from evokernel.evolve.config import GridConfig
+from evokernel.tasks import blocks
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from typing import IO, Any, TextIO
 
 from evokernel import device as devices
 from evokernel.errors import ConfigError
-from evokernel.evolve import blocks
 from evokernel.evolve.config import SearchConfig, config_from_dict, load_config
 from evokernel.evolve.controller import FINISHING, Controller, SeedFailed
 from evokernel.evolve.database import SCHEMA_VERSION, Database
@@ -30,6 +29,7 @@ from evokernel.evolve.problem import KernelProblem, Problem, problem_from_spec
 from evokernel.evolve.progress import Progress
 from evokernel.evolve.rundir import RunDir, atomic_write
 from evokernel.evolve.summary import RunSummary, summarize
+from evokernel.tasks import blocks
 
 
 @dataclass

@@ -6,7 +6,7 @@
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
   opset.origin[name]                 where each op came from ("torch", "triton", a file path)
 
-Signatures and shapes are in ops/reference.py; `sample` is engine/sampling.py's. A Triton
+Signatures and shapes are in ops/reference.py; `sample` is ops/sampling.py's. A Triton
 OpSet must be built after `evokernel.device.prepare(device)` (seeds define kernels on import).
 
 `linear` candidates are decode kernels (the `decode_linear` task has few rows); products with
@@ -24,9 +24,8 @@ from typing import Any
 
 import torch
 
-from evokernel.engine import sampling
 from evokernel.errors import TaskError
-from evokernel.ops import reference
+from evokernel.ops import reference, sampling
 from evokernel.ops.candidates import entry_point, load_candidate, seed_path
 
 OP_NAMES: tuple[str, ...] = (

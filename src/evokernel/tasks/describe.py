@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from evokernel.evolve.blocks import parse_knobs
 from evokernel.tasks.base import Task
+from evokernel.tasks.blocks import parse_knobs
 
 DEVICES = ("cuda", "cpu")
 

@@ -8,7 +8,6 @@ import pytest
 from chat_server import ChatServer, Reply, completion
 
 from evokernel.errors import ConfigError
-from evokernel.evolve.blocks import check_edit, knob_values, set_knobs
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.client import ChatClient
 from evokernel.evolve.llm.config import LLMBudget, LLMConfig, ModelSpec, pick_model
@@ -16,6 +15,7 @@ from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, Prog
 from evokernel.evolve.mutators.crossover import Crossover
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.registry import build_mutators
+from evokernel.tasks.blocks import check_edit, knob_values, set_knobs
 
 
 def client_for(server: ChatServer, budget: LLMBudget | None = None, **kw) -> ChatClient:

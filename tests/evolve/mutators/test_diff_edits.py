@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evokernel.evolve.blocks import check_edit
 from evokernel.evolve.mutators.diff import Edit, apply_edits, parse_edits
+from evokernel.tasks.blocks import check_edit
 
 SRC = """import torch
 

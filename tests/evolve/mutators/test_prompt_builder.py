@@ -8,10 +8,10 @@ import random
 import pytest
 
 from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats
-from evokernel.evolve.blocks import find_block, set_knobs
 from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import PromptConfig
 from evokernel.evolve.prompts import PromptBuilder, clip, figures
+from evokernel.tasks.blocks import find_block, set_knobs
 
 
 def result(speedup: float = 1.25, artifacts: dict[str, str] | None = None) -> EvalResult:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evokernel.evolve.blocks import check_edit, find_block
 from evokernel.evolve.mutators.extract import change_line, extract_rewrite
+from evokernel.tasks.blocks import check_edit, find_block
 
 PARENT = """import torch
 

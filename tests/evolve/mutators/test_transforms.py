@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from evokernel.evolve.blocks import check_edit, find_block, parse_knobs, replace_block, set_knobs
 from evokernel.evolve.mutators.transforms import (
     TRANSFORMS,
     add_cache_modifier,
@@ -21,6 +20,7 @@ from evokernel.evolve.mutators.transforms import (
     evict_last_reused,
     exp_to_exp2,
 )
+from evokernel.tasks.blocks import check_edit, find_block, parse_knobs, replace_block, set_knobs
 
 SEEDS = sorted((Path(__file__).resolve().parents[3] / "src/evokernel/tasks").glob("*/seed.py"))
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from evokernel.evolve.blocks import BlockError, find_block, parse_knobs, set_knobs
 from evokernel.evolve.mutators.base import MutationContext, ProgramView, Proposal, is_seen
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.offline import describe_knobs
+from evokernel.tasks.blocks import BlockError, find_block, parse_knobs, set_knobs
 
 _VALUE = re.compile(r"^(?P<head>[A-Za-z_]\w*\s*(?::[^=#]+)?=\s*)[^#]+?(?P<tail>\s*#\s*tune:.*)$")
 

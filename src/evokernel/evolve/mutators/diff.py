@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from evokernel.evolve.blocks import END, START, BlockError, check_edit, find_block, newline_of
+from evokernel.tasks.blocks import END, START, BlockError, check_edit, find_block, newline_of
 
 _OPEN = re.compile(r"^\s*<{5,9}\s*SEARCH\s*$", re.IGNORECASE)
 _MID = re.compile(r"^\s*={5,9}\s*$")

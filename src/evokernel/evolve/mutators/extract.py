@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from evokernel.evolve.blocks import (
+from evokernel.tasks.blocks import (
     END,
     START,
     BlockError,

@@ -21,7 +21,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from evokernel.evolve.blocks import (
+from evokernel.evolve.mutators.base import MutationContext, Proposal, is_seen
+from evokernel.evolve.mutators.config import OfflineConfig
+from evokernel.evolve.mutators.transforms import TRANSFORMS
+from evokernel.tasks.blocks import (
     BlockError,
     Knob,
     find_block,
@@ -32,9 +35,6 @@ from evokernel.evolve.blocks import (
     parse_knobs,
     replace_block,
 )
-from evokernel.evolve.mutators.base import MutationContext, Proposal, is_seen
-from evokernel.evolve.mutators.config import OfflineConfig
-from evokernel.evolve.mutators.transforms import TRANSFORMS
 
 MAX_ENUMERATED = 4096
 

@@ -30,10 +30,10 @@ from importlib import resources
 from pathlib import Path
 
 from evokernel.evaluate.result import EvalResult
-from evokernel.evolve.blocks import BlockError, find_block
 from evokernel.evolve.llm.client import prompt_text
 from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import PromptConfig
+from evokernel.tasks.blocks import BlockError, find_block
 
 MODES = ("diff", "rewrite", "crossover")
 _MAX_REASONS = 6

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from evokernel.engine.sampling import GREEDY, SamplingParams, mask_logits, sample
 from evokernel.errors import ConfigError
+from evokernel.ops.sampling import GREEDY, SamplingParams, mask_logits, sample
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evokernel.evolve.blocks import (
+from evokernel.tasks.blocks import (
     BlockError,
     check_edit,
     find_block,
