@@ -26,3 +26,12 @@ def test_cpu_smoke(tmp_path, capsys):
     assert "correctness only" in stdout
     assert (tmp_path / "evolve_runs" / "decode_linear" / "programs.sqlite").exists()
     assert report["table"][0].startswith("evolve decode_linear: offline 1.0000 = 100.0000%")
+    # every evaluated program is recorded (the landscape a search can be replayed on)
+    for arm in ("offline", "exhaustive"):
+        programs = task[arm]["programs"]
+        assert len(programs) == task[arm]["evaluations"]
+        assert all(
+            p["fitness"] == 1.0
+            and set(p["knobs"]) == {"BLOCK_N", "BLOCK_K", "NUM_WARPS", "SPLIT_K"}
+            for p in programs
+        )

@@ -58,6 +58,10 @@ class Arm:
     best_fitness: float | None = None
     best_knobs: dict[str, Any] = field(default_factory=dict)
     scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Every evaluated program, in order: knob values, fitness (None: incorrect), per-scenario
+    # speedup lower bounds and wall time; with the exhaustive arm this is the measured
+    # landscape of the knob space, so search strategies can be compared on it without a GPU.
+    programs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def evals_per_min(self) -> float:
@@ -79,10 +83,19 @@ def _score(arm: Arm, code: str, result: EvalResult, device: str) -> None:
     arm.evaluations += 1
     if result.device is not None:
         arm.hardware = result.device.name
+    fit = kernel_fitness(result, device) if result.correct else None
+    arm.programs.append(
+        {
+            "knobs": _knobs(code),
+            "fitness": fit,
+            "lower": {s.name: s.speedup_ci[0] for s in result.scenarios if s.speedup_ci},
+            "reasons": result.reason_codes,
+            "wall_s": round(result.wall_s, 2),
+        }
+    )
     if not result.correct:
         return
     arm.valid += 1
-    fit = kernel_fitness(result, device)
     if fit is not None and (arm.best_fitness is None or fit > arm.best_fitness):
         arm.best_fitness, arm.best_knobs = fit, _knobs(code)
     for s in result.scenarios:
