@@ -51,9 +51,19 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ops",
         choices=("torch", "triton"),
-        default="triton",
-        help="op implementations: our Triton kernels and task seeds (default), or torch",
+        default=None,
+        help="op implementations: our Triton kernels and task seeds, or torch (default: triton "
+        "on CUDA; torch on the CPU, where Triton runs only under its slow interpreter)",
     )
+
+
+def resolve_ops(args: argparse.Namespace) -> str:
+    """The --ops value, with the device's default filled in (and stored back in args)."""
+    if args.ops is None:
+        from evokernel import device as devices
+
+        args.ops = "triton" if devices.resolve(args.device) == "cuda" else "torch"
+    return str(args.ops)
 
 
 def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
@@ -75,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = (
         parse_ids(args.prompt_ids) if args.prompt_ids else encode_prompt(args.model, args.prompt)
     )
-    model = load_engine(args.model, args.device, args.dtype, args.ops)
+    model = load_engine(args.model, args.device, args.dtype, resolve_ops(args))
     options = GenerateOptions(
         max_new_tokens=args.max_new_tokens,
         sampling=sampling,

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from evokernel.cli.generate import add_engine_args, parse_ids
+from evokernel.cli.generate import add_engine_args, parse_ids, resolve_ops
 
 ORDER = 30
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         device=args.device,
         dtype=args.dtype,
-        ops=args.ops,
+        ops=resolve_ops(args),
         steps=args.steps,
         prompt=prompt,
         threshold=args.threshold,
