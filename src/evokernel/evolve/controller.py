@@ -37,7 +37,13 @@ from evokernel.evolve.database import Database, Program
 from evokernel.evolve.insights import insight_line, last_failure, recent_insights
 from evokernel.evolve.islands import Population
 from evokernel.evolve.map_elites import FeatureSpace
-from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, Proposal, code_digest
+from evokernel.evolve.mutators.base import (
+    BudgetExceeded,
+    MutationContext,
+    ProgramView,
+    Proposal,
+    code_digest,
+)
 from evokernel.evolve.mutators.registry import MutatorSet
 from evokernel.evolve.problem import Problem
 from evokernel.evolve.rundir import RunDir, atomic_write
@@ -48,6 +54,16 @@ SEED_ID = "seed"
 FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
 # "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
 # LLM accounting (which also counts failed requests) refused or reached a limit.
+
+
+HISTORY_MAX = 512  # newest measured programs a mutator sees
+
+
+def measured_history(visible: list[Program]) -> list[ProgramView]:
+    """Distinct measured programs (with a fitness), oldest first, at most HISTORY_MAX."""
+    distinct = {p.code_hash: p for p in visible if p.fitness is not None and p.code}
+    rows = sorted(distinct.values(), key=lambda p: p.iteration)[-HISTORY_MAX:]
+    return [p.view() for p in rows]
 
 
 class SeedFailed(EvokernelError):
@@ -223,6 +239,7 @@ class Controller:
             iteration=k,
             last_failure=last_failure(visible, parent.id),
             seen=frozenset(p.code_hash for p in visible if p.code),
+            history=measured_history(visible),
         )
         future = self.propose_pool.submit(lambda c, slot: mutator.propose(c), ctx)
         self.flight[k] = Slot(k, island, parent, mutator.name, future, created_at=time.time())

@@ -100,6 +100,9 @@ class MutationContext:
     iteration: int
     last_failure: str = ""  # reason the parent's last child was rejected, for the next prompt
     seen: Seen | None = None  # programs already tried (see module docstring)
+    # Programs the run has measured (distinct code, with a fitness), oldest first: what a
+    # mutator may learn from beyond the parent and inspirations (the offline knob model).
+    history: list[ProgramView] = field(default_factory=list)
 
 
 @dataclass

@@ -9,6 +9,8 @@
         jump_prob: 0.2         # chance a moved knob jumps to any other declared value instead
                                #   of a neighbouring one
         max_attempts: 64       # random draws before enumerating the unseen settings in order
+        model_prob: 0.75       # chance a knob child is the untried setting an additive model of
+                               #   the run's measured fitness ranks first (knob_model.py)
         transforms: [exp2, evict_first, evict_last, cache_modifier, contiguity_hints,
                      drop_contiguity_hints]   # the transformations it may apply
       prompt:
@@ -49,9 +51,10 @@ class OfflineConfig:
     jump_prob: float = 0.2
     max_attempts: int = 64
     transforms: list[str] = field(default_factory=lambda: list(TRANSFORMS))
+    model_prob: float = 0.75
 
     def __post_init__(self) -> None:
-        for name in ("transform_prob", "two_knobs_prob", "jump_prob"):
+        for name in ("transform_prob", "two_knobs_prob", "jump_prob", "model_prob"):
             _prob(f"offline.{name}", getattr(self, name))
         _check(
             isinstance(self.max_attempts, int) and self.max_attempts >= 1,

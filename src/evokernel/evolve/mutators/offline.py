@@ -7,6 +7,9 @@ A child is the parent with either
   * one known source transformation applied to the EVOLVE-BLOCK body (`offline:transform`,
     see `transforms.py`), when its pattern is present.
 
+  * the untried knob setting that an additive model of the run's measured fitness ranks first
+    (`offline:model`, see `knob_model.py`), with probability `model_prob`.
+
 With probability `transform_prob` it tries a transformation first, else knobs first; when the
 first kind yields nothing new it falls back to the other. Programs `ctx.seen` reports as tried
 are skipped: after `max_attempts` random draws it walks the parent's knob neighbours, then the
@@ -23,6 +26,7 @@ from typing import Any
 
 from evokernel.evolve.mutators.base import MutationContext, Proposal, is_seen
 from evokernel.evolve.mutators.config import OfflineConfig
+from evokernel.evolve.mutators.knob_model import rank
 from evokernel.evolve.mutators.transforms import TRANSFORMS
 from evokernel.tasks.blocks import (
     BlockError,
@@ -32,6 +36,7 @@ from evokernel.tasks.blocks import (
     knob_setter,
     knob_space,
     knob_space_size,
+    knob_values,
     parse_knobs,
     replace_block,
 )
@@ -61,9 +66,11 @@ class OfflineMutator:
         except BlockError as err:
             return self._fail(ctx, "offline:knob", f"cannot mutate the parent: {err}")
         transform_first = ctx.rng.random() < self.config.transform_prob
-        order = (
-            (self._transform, self._knobs) if transform_first else (self._knobs, self._transform)
-        )
+        order = [self._knobs, self._transform]
+        if transform_first:
+            order.reverse()
+        if self.config.model_prob > 0 and ctx.rng.random() < self.config.model_prob:
+            order.insert(0, self._model)
         reasons = []
         for step in order:
             out = step(ctx, knobs)
@@ -103,6 +110,34 @@ class OfflineMutator:
             if code is not None:
                 return self._child(ctx, knobs, values, code)
         return "every knob setting reachable from the parent was already tried"
+
+    def _model(self, ctx: MutationContext, knobs: list[Knob]) -> Proposal | str:
+        parent = ctx.parent.code
+        if knob_space_size(parent) > MAX_ENUMERATED:
+            return "the knob space is too large to rank"
+        samples, tried = [], set()
+        for p in ctx.history:
+            try:
+                values = knob_values(p.code)
+            except BlockError:
+                continue
+            tried.add(tuple(values.get(k.name) for k in knobs))
+            if p.fitness is not None:
+                samples.append((values, p.fitness))
+        if len(samples) < 2:
+            return "the knob model needs two measured programs"
+        space = knob_space(parent)
+        ctx.rng.shuffle(space)  # ties go to a seeded order
+        untried = [v for v in space if tuple(v[k.name] for k in knobs) not in tried]
+        setter = knob_setter(parent)
+        for values in rank(knobs, untried, samples):
+            moved = describe_knobs(knobs, values)
+            code = setter(values)
+            if moved and not is_seen(ctx.seen, code):
+                return Proposal(
+                    code, "offline:model", f"model pick: {moved}", parent_ids=(ctx.parent.id,)
+                )
+        return "every knob setting was already measured"
 
     def _child(
         self, ctx: MutationContext, knobs: list[Knob], values: dict[str, Any], code: str
