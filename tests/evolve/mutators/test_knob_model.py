@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import OfflineConfig
@@ -102,3 +103,12 @@ def test_model_never_proposes_a_measured_setting(toy_source):
         child = mutator.propose(ctx_with_history(toy_source, history, seed))
         assert child.kind == "offline:model" and child.code is not None
         assert knob_values(child.code) not in history
+
+
+def test_model_abstains_when_fitness_does_not_vary(toy_source):
+    """Correctness-only fitness (the CPU interpreter): every program scores 1.0."""
+    history = one_knob_variations(toy_source)
+    context = ctx_with_history(toy_source, history, seed=2)
+    context.history = [replace(p, fitness=1.0) for p in context.history]
+    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0))
+    assert mutator.propose(context).kind == "offline:knob"

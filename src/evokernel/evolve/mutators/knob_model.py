@@ -10,7 +10,8 @@ trusts its guess.
 Why additive: block sizes, warps and split factors mostly act on their own (occupancy,
 bytes in flight, parallelism); what interacts is left to the neighbourhood moves. The model
 never runs a kernel and never sees the hardware: it only reorders which knob setting is
-evaluated next.
+evaluated next. The offline mutator consults it only once measured fitness varies (on the CPU
+interpreter every correct program scores 1.0, and the model would only chase its own optimism).
 """
 
 from __future__ import annotations

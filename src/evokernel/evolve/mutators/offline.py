@@ -126,6 +126,10 @@ class OfflineMutator:
                 samples.append((values, p.fitness))
         if len(samples) < 2:
             return "the knob model needs two measured programs"
+        fitness = [f for _, f in samples]
+        if max(fitness) - min(fitness) <= 1e-9 * max(fitness):
+            # e.g. correctness-only fitness on the CPU: nothing to learn, only to explore
+            return "the measured fitness does not vary: nothing for the knob model to rank"
         space = knob_space(parent)
         ctx.rng.shuffle(space)  # ties go to a seeded order
         untried = [v for v in space if tuple(v[k.name] for k in knobs) not in tried]
