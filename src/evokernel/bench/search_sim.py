@@ -45,11 +45,15 @@ GOAL = 0.98
 # Search settings compared: the `mutators` config section (everything else as evolve_bench's
 # offline arm).
 SETTINGS: dict[str, dict[str, Any]] = {
-    "offline": {"weights": {"offline": 1.0}},
-    "offline+crossover 0.25": {"weights": {"offline": 0.75, "crossover": 0.25}},
-    "offline, model 0.25": {"offline": {"model_prob": 0.25}},
-    "offline, model 0.5": {"offline": {"model_prob": 0.5}},
-    "offline, model 0.75": {"offline": {"model_prob": 0.75}},
+    "knob moves": {"offline": {"model_prob": 0.0}},
+    "knob moves+crossover 0.25": {
+        "weights": {"offline": 0.75, "crossover": 0.25},
+        "offline": {"model_prob": 0.0},
+    },
+    "model 0.25": {"offline": {"model_prob": 0.25}},
+    "model 0.5": {"offline": {"model_prob": 0.5}},
+    "model 0.75 (default)": {"offline": {"model_prob": 0.75}},
+    "model 1.0": {"offline": {"model_prob": 1.0}},
 }
 
 Landscape = dict[tuple[Any, ...], dict[str, float]]  # knob values (declared order) -> lowers
@@ -209,11 +213,11 @@ def search_once(task: str, land: Landscape, mutators: dict[str, Any], seed: int)
     return max(found) if found else 0.0
 
 
-def compare(task: str, runs: int, bench: Path | None) -> dict[str, Any]:
+def compare(task: str, runs: int, bench: Path | None, first_seed: int = 0) -> dict[str, Any]:
     fixed = measured(task, bench) if bench else None
     rows: dict[str, list[float]] = {name: [] for name in SETTINGS}
     for run in range(runs):
-        land = fixed or synthetic(task, run)
+        land = fixed or synthetic(task, first_seed + run)
         top = best_fitness(land)
         for name, mutators in SETTINGS.items():
             rows[name].append(search_once(task, land, mutators, seed=run) / top)
@@ -237,14 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default="decode_linear,gqa_decode_attention")
     p.add_argument("--landscape", type=Path, default=None, help="an evolve_bench JSON")
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seed of the first synthetic landscape"
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    report = [compare(t, args.runs, args.landscape) for t in args.tasks.split(",") if t]
+    tasks = [t for t in args.tasks.split(",") if t]
+    report = [compare(t, args.runs, args.landscape, args.first_seed) for t in tasks]
     for r in report:
         print(f"{r['task']} ({r['landscape']} landscape, {r['runs']} runs, 25% of the space):")
         for name, s in r["settings"].items():
             print(
-                f"  {name:<24} median {100 * s['median']:5.1f}%  worst {100 * s['worst']:5.1f}%"
+                f"  {name:<26} median {100 * s['median']:5.1f}%  worst {100 * s['worst']:5.1f}%"
                 f"  runs reaching {100 * GOAL:.0f}%: {100 * s['reach_goal']:.0f}%"
             )
     if args.json:
