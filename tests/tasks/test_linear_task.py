@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from task_checks import digest, errors, linear_in, passes
+from task_checks import digest, linear_in, passes
 
 from evokernel.tasks import get_task
 from evokernel.tasks.decode_linear import task as linear_task
@@ -104,16 +104,3 @@ def test_trivial_candidates_fail(dtype):
         ref = TASK.reference(inputs)
         for name, fn in TRIVIAL.items():
             assert not passes(fn(**inputs), ref, TASK.tolerance(dtype)), (s.name, name)
-
-
-def test_lower_precision_fails_and_the_dtype_itself_passes():
-    lower = {torch.float32: torch.float16, torch.float16: torch.bfloat16}
-    lower[torch.bfloat16] = torch.float8_e4m3fn
-    for dtype, low in lower.items():
-        for s in TASK.scenarios("cpu"):
-            inputs = TASK.make_inputs(s, 0, dtype)
-            ref = TASK.reference(inputs)
-            tol = TASK.tolerance(dtype)
-            assert passes(linear_in(inputs, dtype), ref, tol), (s.name, dtype)
-            assert not passes(linear_in(inputs, low), ref, tol), (s.name, dtype, low)
-            assert errors(linear_in(inputs, dtype), ref)[0] < tol.rel_l2 / 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from task_checks import errors, passes
+from task_checks import attention_in, errors, linear_in, passes
 
 from evokernel.tasks import TASK_NAMES, get_task
 from evokernel.tasks.base import Tolerance
@@ -44,3 +44,21 @@ def test_rounding_the_reference_to_the_dtype_passes(name, dtype):
         assert passes(ref.to(dtype), ref, task.tolerance(dtype)), s.name
         if dtype == torch.float32:
             assert not passes(ref.to(torch.float16).float(), ref, task.tolerance(dtype))
+
+
+@pytest.mark.parametrize(
+    ("name", "compute_in"),
+    [("gqa_decode_attention", attention_in), ("decode_linear", linear_in)],
+)
+def test_lower_precision_fails_and_the_dtype_itself_passes(name, compute_in):
+    task = get_task(name)
+    lower = {torch.float32: torch.float16, torch.float16: torch.bfloat16}
+    lower[torch.bfloat16] = torch.float8_e4m3fn
+    for dtype, low in lower.items():
+        for s in task.scenarios("cpu"):
+            inputs = task.make_inputs(s, 0, dtype)
+            ref = task.reference(inputs)
+            tol = task.tolerance(dtype)
+            assert passes(compute_in(inputs, dtype), ref, tol), (s.name, dtype)
+            assert not passes(compute_in(inputs, low), ref, tol), (s.name, dtype, low)
+            assert errors(compute_in(inputs, dtype), ref)[0] < tol.rel_l2 / 2

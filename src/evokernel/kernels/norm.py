@@ -12,6 +12,15 @@ import triton.language as tl
 
 
 @triton.jit
+def _store_normed(x, w_ptr, out_row_ptr, cols, mask, H, eps):
+    """out = round(x * rstd(x)) * w, as transformers rounds: x [BLOCK_H] float32, one row."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+    y = (x * rstd).to(out_row_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_row_ptr + cols, (y * w).to(out_row_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def rms_norm_kernel(
     x_ptr,  # [N, H]
     w_ptr,  # [H]
@@ -26,10 +35,7 @@ def rms_norm_kernel(
     cols = tl.arange(0, BLOCK_H)
     mask = cols < H
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
-    y = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
+    _store_normed(x, w_ptr, out_ptr + row * stride_out, cols, mask, H, eps)
 
 
 @triton.jit
@@ -54,8 +60,4 @@ def add_rms_norm_kernel(
     r = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0).to(tl.float32)
     h = (r + x).to(sum_ptr.dtype.element_ty)
     tl.store(sum_ptr + row * stride_sum + cols, h, mask=mask)
-    hf = h.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / H + eps)
-    y = (hf * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
+    _store_normed(h.to(tl.float32), w_ptr, out_ptr + row * stride_out, cols, mask, H, eps)

@@ -31,6 +31,14 @@ Inputs = dict[str, Any]
 """Keyword arguments of the task's entry point (tensors and Python scalars)."""
 
 
+# Dtypes a candidate is checked in, per device kind, the timed one first: bf16 on the GPU
+# (what the engine runs), float32 on the CPU (the interpreter computes bf16 as NaN).
+DEVICE_DTYPES: Mapping[str, tuple[torch.dtype, ...]] = {
+    "cuda": (torch.bfloat16, torch.float16),
+    "cpu": (torch.float32, torch.float16),
+}
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One shape configuration of a task.

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from evokernel.tasks.base import Inputs, OutputSpec, Scenario, Task, Tolerance
+from evokernel.tasks.base import DEVICE_DTYPES, Inputs, OutputSpec, Scenario, Task, Tolerance
 from evokernel.tasks.decode_linear import inputs as _inputs
 from evokernel.tasks.decode_linear import scenarios as _scenarios
 
@@ -77,12 +77,7 @@ class DecodeLinear(Task):
     interface: str = INTERFACE
     description: str = DESCRIPTION
     seed_candidate: Path = SEED
-    dtypes: Mapping[str, tuple[torch.dtype, ...]] = field(
-        default_factory=lambda: {
-            "cuda": (torch.bfloat16, torch.float16),
-            "cpu": (torch.float32, torch.float16),
-        }
-    )
+    dtypes: Mapping[str, tuple[torch.dtype, ...]] = field(default_factory=lambda: DEVICE_DTYPES)
 
     def scenarios(self, device: str) -> list[Scenario]:
         return _scenarios.public_scenarios(device)
