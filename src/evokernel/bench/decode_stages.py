@@ -13,7 +13,9 @@ programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
     (+ residual), head (final norm + lm_head + argmax); per layer in microseconds against the
     stage's byte floor (its weight / KV bytes over the copy bandwidth measured in this run);
   * the whole greedy step as the engine runs it (one graph) at each position: microseconds,
-    tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth).
+    tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
+    the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
+    gaps between graph launches count, as in a decode loop).
 
 Replays are timed one by one with CUDA events after a warm-up; medians are reported. The KV
 cache holds random values (never time on zeros). Prints a table; writes JSON (--out).
@@ -35,6 +37,8 @@ import torch
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "no-pdl": {"pdl": False},
+    "prefetch": {"prefetch": True},
+    "prefetch16k": {"prefetch": True, "tile_bytes": 16 * 1024},
     "tile16k": {"tile_bytes": 16 * 1024},
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
@@ -62,10 +66,14 @@ def copy_gbps(nbytes: int = 2 << 30) -> float:
 
 
 def graph_us(
-    fn: Callable[[], object], reps: int, before: Callable[[], None] | None = None
+    fn: Callable[[], object],
+    reps: int,
+    before: Callable[[], None] | None = None,
+    b2b: list[float] | None = None,
 ) -> float:
     """Median microseconds of one replay of a CUDA graph of `fn` (`before` runs, untimed,
-    ahead of every replay: it resets state the graph advances)."""
+    ahead of every replay: it resets state the graph advances). With `b2b`, also appends the
+    mean microseconds per replay of 20 replays back to back."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -89,6 +97,16 @@ def graph_us(
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
+    if b2b is not None:
+        if before:
+            before()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(20):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        b2b.append(a.elapsed_time(b) * 1e3 / 20)
     return statistics.median(times[3:])
 
 
@@ -97,6 +115,7 @@ class Bench:
         from evokernel import device as devices
 
         devices.prepare("cuda")
+        from evokernel.engine.graph import context_buckets
         from evokernel.engine.loading import load_engine
 
         self.reps = reps
@@ -104,7 +123,8 @@ class Bench:
         self.model = load_engine(model_dir, "cuda", torch.bfloat16, "torch")
         cfg = self.model.cfg
         self.cfg = cfg
-        self.cache = self.model.new_cache(1, max(positions) + 2 * reps + 16)
+        self.cache = self.model.new_cache(1, max(positions) + 2 * reps + 64)
+        self.bounds = context_buckets(self.cache.max_seq_len)
         for t in (*self.cache.k, *self.cache.v):
             t.normal_()
         self.copy_gbps = copy_gbps()
@@ -133,13 +153,16 @@ class Bench:
         stages = self._stages(ops)
         steps = {}
         for p in self.positions:
-            us = self._step_us(p)
+            b2b: list[float] = []
+            us = self._step_us(p, b2b)
             floor = self.floor_us(self.weight_bytes + self.kv_per_token * p)
             steps[str(p)] = {
                 "us": us,
                 "tok_s": 1e6 / us,
                 "floor_us": floor,
                 "pct": 100 * floor / us,
+                "b2b_us": b2b[0],
+                "attention_us": self._attention_us(ops, p),
             }
         return {
             "name": name,
@@ -209,20 +232,54 @@ class Bench:
         out["attention"]["position"] = p
         return out
 
-    def _step_us(self, position: int) -> float:
-        from evokernel.engine.graph import context_buckets
+    def _attention_us(self, ops: Any, p: int) -> float:
+        """Per layer: the attention stage alone at position p."""
+        m, cfg, w = self.model, self.cfg, self.model.weights
+        qkv = torch.randn(
+            1,
+            (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
+            device="cuda",
+            dtype=torch.bfloat16,
+        )
+        pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
+        lens = pos + 1
+        bound = next(b for b in self.bounds if b >= p)
 
+        def fn() -> object:
+            return [
+                ops.decode_attention_qkv(
+                    qkv,
+                    lw.q_norm,
+                    lw.k_norm,
+                    m.cos,
+                    m.sin,
+                    pos,
+                    self.cache.k[i],
+                    self.cache.v[i],
+                    lens,
+                    m.scale,
+                    cfg.rms_norm_eps,
+                    bound,
+                )
+                for i, lw in enumerate(w.layers)
+            ]
+
+        return graph_us(fn, self.reps) / cfg.num_hidden_layers
+
+    def _step_us(self, position: int, b2b: list[float]) -> float:
         m, cache = self.model, self.cache
         tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
         pos = torch.zeros(1, dtype=torch.int32, device="cuda")
         lens = torch.ones(1, dtype=torch.int32, device="cuda")
-        bound = next(b for b in context_buckets(cache.max_seq_len) if b >= position + self.reps + 8)
+        bound = next(b for b in self.bounds if b >= position + self.reps + 30)
 
         def reset() -> None:
             pos.fill_(position - 1)
             lens.fill_(position)
 
-        return graph_us(lambda: m.decode_greedy(tokens, pos, lens, cache, bound), self.reps, reset)
+        return graph_us(
+            lambda: m.decode_greedy(tokens, pos, lens, cache, bound), self.reps, reset, b2b
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{s} {r['stages'][s]['us']:.2f}us({r['stages'][s]['pct']:.0f}%)" for s in STAGES
         )
         steps = " ".join(
-            f"@{p}: {v['tok_s']:.0f} tok/s {v['pct']:.1f}%" for p, v in r["steps"].items()
+            f"@{p}: {v['tok_s']:.0f} tok/s {v['pct']:.1f}% (b2b {v['b2b_us']:.0f}us, "
+            f"attn {v['attention_us']:.1f}us)"
+            for p, v in r["steps"].items()
         )
         print(f"{name:<10} {stages}\n{'':<10} {steps}", flush=True)
     doc = {

@@ -82,12 +82,12 @@ class DecodeRunner:
         last = self.cache.max_seq_len - 1
         stream = torch.cuda.Stream(device=self.cache.device)
         for bound in self.bounds:
-            self._park(last)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(WARMUP_STEPS):
+            for _ in range(WARMUP_STEPS):  # each step advances the buffers: park it again
+                self._park(last)
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
                     self._body(bound)
-            torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.current_stream().wait_stream(stream)
             if self.use_graph:
                 self._park(last)
                 graph = torch.cuda.CUDAGraph()

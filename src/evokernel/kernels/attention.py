@@ -18,9 +18,10 @@ position writes K and V to the cache. The new K/V row is substituted in register
 tile covers that position, so no program reads what another program of this launch writes.
 Without FUSED, q [B, Hq, D] is already normalised and rotated, and the cache is only read.
 
-The first K/V tile is loaded before the PDL wait: cache rows below the current position were
-written by earlier steps (complete before this step's graph began), and the row at the current
-position is substituted.
+With PREFETCH the program first pulls its share of a later kernel's weights into L2
+(kernels/overlap.py). The first K/V tile is loaded before the PDL wait: cache rows below the
+current position were written by earlier steps (complete before this step's graph began), and
+the row at the current position is substituted.
 
 Bytes per call: K and V once, 2 * sum(seq_lens) * Hkv * D * e, plus q and out; SPLIT > 1 adds
 B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
@@ -28,7 +29,8 @@ B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from evokernel.kernels.overlap import pdl_enter, prefetch_l2
 
 
 @triton.jit
@@ -79,6 +81,8 @@ def attention_kernel(
     out_ptr,  # [B, Hq, D] (DIRECT)
     part_ptr,  # [B * Hq, SPLIT, D] float32 (not DIRECT)
     lse_ptr,  # [B * Hq, SPLIT] float32, log2 domain (not DIRECT)
+    pf_ptr,  # weights a later kernel reads (PREFETCH)
+    pf_elems,
     scale,
     eps,
     SPLIT,
@@ -103,7 +107,9 @@ def attention_kernel(
     DIRECT: tl.constexpr,
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
+    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     HALF: tl.constexpr = D // 2
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -139,9 +145,7 @@ def attention_kernel(
     else:
         pos = -1
 
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+    pdl_enter(PDL)
 
     q_rows = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_h[None, :]
     q_lo = tl.load(q_rows, mask=in_group[:, None], other=0.0)
@@ -236,9 +240,7 @@ def attention_combine_kernel(
     h = row % Hq
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+    pdl_enter(PDL)
     lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=offs_s < SPLIT, other=-float("inf"))
     top = tl.max(lse, axis=0)
     w = tl.exp2(lse - top)  # 0 for empty chunks; the chunk holding position 0 is never empty

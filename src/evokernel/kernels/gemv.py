@@ -26,20 +26,14 @@ reference's lm_head returns), with ties going to the lowest id.
 Every kernel with PDL=True calls gdc_wait() before it reads anything an earlier kernel wrote and
 before it writes anything, and calls gdc_launch_dependents() early, so a chain of these kernels
 is ordered as if launched plainly (each wait completes only after the previous kernel, which
-itself waited on its predecessor, has finished).
+itself waited on its predecessor, has finished). With PREFETCH the layer kernels first pull a
+later kernel's weights (pf_ptr, pf_elems) into L2 (kernels/overlap.py).
 """
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-
-@triton.jit
-def _pdl_enter(PDL: tl.constexpr):
-    """Let the next kernel launch, then wait until the previous one's writes are visible."""
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+from evokernel.kernels.overlap import pdl_enter, prefetch_l2
 
 
 @triton.jit
@@ -76,11 +70,13 @@ def norm_gemv_kernel(
     norm_ptr,  # [K] RMSNorm weight (NORM only)
     w_ptr,  # [N, K]
     y_ptr,  # [M, N]
+    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     N,
     stride_x,
     stride_w,
     stride_y,
+    pf_elems,
     eps,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -88,12 +84,14 @@ def norm_gemv_kernel(
     BLOCK_K: tl.constexpr,
     NORM: tl.constexpr,
     PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
+    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, NORM)
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     for m in tl.static_range(BLOCK_M):
         if m < M:
             x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
@@ -106,21 +104,25 @@ def gemv_add_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
     res_ptr,  # [M, N] the residual stream, updated in place: res += round(W @ x)
+    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     N,
     stride_x,
     stride_w,
     stride_res,
+    pf_elems,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
+    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     dtype = res_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
@@ -137,24 +139,28 @@ def norm_gate_up_kernel(
     norm_ptr,  # [K]
     w_ptr,  # [2I, K]: gate rows 0..I-1, up rows I..2I-1
     act_ptr,  # [M, I] out: silu(gate) * up
+    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     I,
     stride_x,
     stride_w,
     stride_act,
+    pf_elems,
     eps,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
+    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     wg = _weight_tile(w_ptr, rows, I, stride_w, K, BLOCK_K)
     wu = _weight_tile(w_ptr + I * stride_w, rows, I, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, True)
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     dtype = act_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
@@ -192,7 +198,7 @@ def norm_head_kernel(
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, V, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, True)
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     dtype = x_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
@@ -222,7 +228,7 @@ def argmax_finish_kernel(
 ):
     """Program m: the largest of the P partials of row m (the lowest id among equals)."""
     m = tl.program_id(0)
-    _pdl_enter(PDL)
+    pdl_enter(PDL)
     top = -float("inf")
     top_arg = 0
     for p0 in range(0, P, BLOCK_P):
