@@ -137,7 +137,8 @@ def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> 
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
     cuda = torch.device("cuda")
     splits = {n: decode.attention_split(n, 8, cuda) for n in (1, 256, 257, 1024, 4096, 32768)}
-    assert splits[1] == splits[256] == 1
-    assert splits[257] == 2 and splits[1024] == 4 and splits[4096] == 16
-    assert splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
+    assert splits[1] == splits[256] == 1  # one pass, no combine kernel
+    assert splits[257] == 4 and splits[1024] == 16  # chunks of 64 positions
+    assert splits[4096] == splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
     assert all(s & (s - 1) == 0 for s in splits.values())
+    assert decode.attention_split(32768, 64, cuda) == 4  # batch 8: the batch fills the GPU

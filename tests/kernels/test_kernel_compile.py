@@ -71,27 +71,25 @@ SCRIPT = textwrap.dedent(
                 "Hkv": "i32", "S": "i32", "P": "i32", "stride_qkv": "i32", "eps": "fp32"},
                 {"D": 128, "BLOCK_H": heads, "BLOCK_HALF": 64}, warps)
 
-    # The fused decode kernels at Qwen3-0.6B's shapes in bf16 with PDL and L2 prefetch on, as
+    # The fused decode kernels at Qwen3-0.6B's shapes in bf16 with PDL on, as
     # ops/decode.py launches them with the default tuning on a 132-SM GPU.
     p = "*bf16"
-    gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "pf_ptr": p, "M": "i32",
-            "N": "i32", "stride_x": "i32", "stride_w": "i32", "stride_y": "i32",
-            "pf_elems": "i32", "eps": "fp32"}
-    flags = {"PDL": True, "PREFETCH": True}
+    gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "M": "i32", "N": "i32",
+            "stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
+    flags = {"PDL": True}
     ptrs = ("x_ptr", "w_ptr", "stride_x", "stride_w")
     for rows, block_n in ((1, 16), (8, 16)):
         out = compile_one(norm_gemv_kernel, gemv, {"K": 1024, "BLOCK_M": rows,
             "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, **flags}, 8, ptrs)
         no_spills(out, f"norm_gemv qkv M={rows}")
-    add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "pf_ptr": p, "M": "i32", "N": "i32",
-           "stride_x": "i32", "stride_w": "i32", "stride_res": "i32", "pf_elems": "i32"}
+    add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32",
+           "stride_w": "i32", "stride_res": "i32"}
     for k, block_k in ((2048, 2048), (3072, 4096)):
         out = compile_one(gemv_add_kernel, add, {"K": k, "BLOCK_M": 1, "BLOCK_N": 8,
             "BLOCK_K": block_k, **flags}, 8, ptrs)
         no_spills(out, f"gemv_add K={k}")
-    gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "pf_ptr": p, "M": "i32",
-               "I": "i32", "stride_x": "i32", "stride_w": "i32", "stride_act": "i32",
-               "pf_elems": "i32", "eps": "fp32"}
+    gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "I": "i32",
+               "stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
     out = compile_one(norm_gate_up_kernel, gate_up, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 8,
         "BLOCK_K": 1024, **flags}, 8, ptrs)
     no_spills(out, "norm_gate_up")
@@ -107,9 +105,9 @@ SCRIPT = textwrap.dedent(
         {"BLOCK_P": 1024, "ADVANCE": True, "PDL": True}, 4)
     attn = {"q_ptr": p, "q_norm_ptr": p, "k_norm_ptr": p, "cos_ptr": "*fp32",
             "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "k_ptr": p,
-            "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32", "pf_ptr": p,
-            "pf_elems": "i32", "scale": "fp32", "eps": "fp32", "SPLIT": "i32", "Hkv": "i32",
-            "S": "i32", "P": "i32", "stride_qb": "i32", "stride_qh": "i32",
+            "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32", "scale": "fp32",
+            "eps": "fp32", "SPLIT": "i32", "Hkv": "i32", "S": "i32", "P": "i32",
+            "stride_qb": "i32", "stride_qh": "i32",
             "stride_kb": "i32", "stride_kh": "i32", "stride_ks": "i32", "stride_vb": "i32",
             "stride_vh": "i32", "stride_vs": "i32", "stride_ob": "i32", "stride_oh": "i32"}
     for fused, direct in ((True, True), (True, False)):

@@ -37,13 +37,15 @@ import torch
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "no-pdl": {"pdl": False},
-    "prefetch": {"prefetch": True},
-    "prefetch16k": {"prefetch": True, "tile_bytes": 16 * 1024},
     "tile16k": {"tile_bytes": 16 * 1024},
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
     "attn-n32": {"attn_block_n": 32},
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
+    "chunk128": {"min_chunk": 128},
+    "chunk256": {"min_chunk": 256},
+    "attn-4sm": {"attn_programs_per_sm": 4},
+    "direct128": {"direct_max": 128},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 

@@ -124,11 +124,8 @@ class Qwen3Model:
         ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
         bound = cache.max_seq_len if max_len is None else min(max_len, cache.max_seq_len)
         h = ops.embed(w.embed_tokens, tokens)  # [B, H]
-        layers = w.layers
-        for i, layer in enumerate(layers):
-            after = layers[i + 1] if i + 1 < len(layers) else None
-            # Each kernel may pull the weights of the projection after the next into L2.
-            qkv = ops.norm_linear(h, layer.input_norm, layer.qkv_proj, eps, prefetch=layer.o_proj)
+        for i, layer in enumerate(w.layers):
+            qkv = ops.norm_linear(h, layer.input_norm, layer.qkv_proj, eps)  # [B, (Hq+2Hkv)*D]
             attn = ops.decode_attention_qkv(
                 qkv,
                 layer.q_norm,
@@ -142,14 +139,10 @@ class Qwen3Model:
                 self.scale,
                 eps,
                 bound,
-                prefetch=layer.gate_up_proj,
             )  # fmt: skip  [B, Hq*D]
-            ops.linear_residual(attn, layer.o_proj, h, prefetch=layer.down_proj)
-            act = ops.norm_gate_up_silu(
-                h, layer.post_attn_norm, layer.gate_up_proj, eps,
-                prefetch=after.qkv_proj if after else None,
-            )  # fmt: skip
-            ops.linear_residual(act, layer.down_proj, h, prefetch=after.o_proj if after else None)
+            ops.linear_residual(attn, layer.o_proj, h)
+            act = ops.norm_gate_up_silu(h, layer.post_attn_norm, layer.gate_up_proj, eps)
+            ops.linear_residual(act, layer.down_proj, h)
         return h
 
     def _prefill_layers(

@@ -18,8 +18,7 @@ position writes K and V to the cache. The new K/V row is substituted in register
 tile covers that position, so no program reads what another program of this launch writes.
 Without FUSED, q [B, Hq, D] is already normalised and rotated, and the cache is only read.
 
-With PREFETCH the program first pulls its share of a later kernel's weights into L2
-(kernels/overlap.py). The first K/V tile is loaded before the PDL wait: cache rows below the
+The first K/V tile is loaded before the PDL wait: cache rows below the
 current position were written by earlier steps (complete before this step's graph began), and
 the row at the current position is substituted.
 
@@ -30,7 +29,7 @@ B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
 import triton
 import triton.language as tl
 
-from evokernel.kernels.overlap import pdl_enter, prefetch_l2
+from evokernel.kernels.overlap import pdl_enter
 
 
 @triton.jit
@@ -81,8 +80,6 @@ def attention_kernel(
     out_ptr,  # [B, Hq, D] (DIRECT)
     part_ptr,  # [B * Hq, SPLIT, D] float32 (not DIRECT)
     lse_ptr,  # [B * Hq, SPLIT] float32, log2 domain (not DIRECT)
-    pf_ptr,  # weights a later kernel reads (PREFETCH)
-    pf_elems,
     scale,
     eps,
     SPLIT,
@@ -107,9 +104,7 @@ def attention_kernel(
     DIRECT: tl.constexpr,
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
-    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     HALF: tl.constexpr = D // 2
     pid = tl.program_id(0)
     split = tl.program_id(1)

@@ -26,14 +26,13 @@ reference's lm_head returns), with ties going to the lowest id.
 Every kernel with PDL=True calls gdc_wait() before it reads anything an earlier kernel wrote and
 before it writes anything, and calls gdc_launch_dependents() early, so a chain of these kernels
 is ordered as if launched plainly (each wait completes only after the previous kernel, which
-itself waited on its predecessor, has finished). With PREFETCH the layer kernels first pull a
-later kernel's weights (pf_ptr, pf_elems) into L2 (kernels/overlap.py).
+itself waited on its predecessor, has finished): kernels/overlap.py.
 """
 
 import triton
 import triton.language as tl
 
-from evokernel.kernels.overlap import pdl_enter, prefetch_l2
+from evokernel.kernels.overlap import pdl_enter
 
 
 @triton.jit
@@ -70,13 +69,11 @@ def norm_gemv_kernel(
     norm_ptr,  # [K] RMSNorm weight (NORM only)
     w_ptr,  # [N, K]
     y_ptr,  # [M, N]
-    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     N,
     stride_x,
     stride_w,
     stride_y,
-    pf_elems,
     eps,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -84,9 +81,7 @@ def norm_gemv_kernel(
     BLOCK_K: tl.constexpr,
     NORM: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
-    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
@@ -104,21 +99,17 @@ def gemv_add_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
     res_ptr,  # [M, N] the residual stream, updated in place: res += round(W @ x)
-    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     N,
     stride_x,
     stride_w,
     stride_res,
-    pf_elems,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
-    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
@@ -139,22 +130,18 @@ def norm_gate_up_kernel(
     norm_ptr,  # [K]
     w_ptr,  # [2I, K]: gate rows 0..I-1, up rows I..2I-1
     act_ptr,  # [M, I] out: silu(gate) * up
-    pf_ptr,  # weights a later kernel reads (PREFETCH)
     M,
     I,
     stride_x,
     stride_w,
     stride_act,
-    pf_elems,
     eps,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
-    prefetch_l2(pf_ptr, pf_elems, PREFETCH)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     wg = _weight_tile(w_ptr, rows, I, stride_w, K, BLOCK_K)

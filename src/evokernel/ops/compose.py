@@ -18,9 +18,6 @@ it itself. Shapes as in ops/reference.py (M = B rows):
       tokens <- argmax(norm_logits(x, ...)) (lowest id among equals); positions += 1 and
       seq_lens += 1: the end of a greedy decode step, in place
 
-The four layer ops also take a keyword `prefetch` (a weight a later kernel reads, which a fused
-kernel may pull into L2): it never changes a result, and the compositions ignore it.
-
 `composed(ops, name)` is that composition over `ops`' plain ops: the torch OpSet's fused ops
 (the references the fused kernels are tested against), and what a fused op becomes when one
 of its plain parts is replaced by a candidate file, so the candidate runs in decode too.
@@ -52,19 +49,17 @@ PARTS: dict[str, tuple[str, ...]] = {
 def composed(ops: OpSet, name: str) -> Callable[..., Any]:
     """Fused op `name` made of `ops`' plain ops (looked up when called, by attribute)."""
     if name == "norm_linear":
-        return lambda x, norm_w, weight, eps, prefetch=None: ops.linear(
-            ops.rms_norm(x, norm_w, eps), weight
-        )
+        return lambda x, norm_w, weight, eps: ops.linear(ops.rms_norm(x, norm_w, eps), weight)
     if name == "linear_residual":
-        return lambda x, weight, residual, prefetch=None: residual.add_(ops.linear(x, weight))
+        return lambda x, weight, residual: residual.add_(ops.linear(x, weight))
     if name == "norm_gate_up_silu":
-        return lambda x, norm_w, gate_up, eps, prefetch=None: ops.silu_mul(
+        return lambda x, norm_w, gate_up, eps: ops.silu_mul(
             ops.linear(ops.rms_norm(x, norm_w, eps), gate_up)
         )
     if name == "norm_logits":
         return lambda x, norm_w, lm_head, eps: ops.logits(ops.rms_norm(x, norm_w, eps), lm_head)
     if name == "decode_attention_qkv":
-        return lambda *args, prefetch=None: _attention(ops, *args)
+        return lambda *args: _attention(ops, *args)
     if name == "greedy_head":
         return lambda *args: _greedy_head(ops, *args)
     raise KeyError(name)

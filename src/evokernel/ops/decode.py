@@ -2,18 +2,16 @@
 
 Same signatures and results as the fused ops of ops/compose.py (`norm_linear`,
 `linear_residual`, `norm_gate_up_silu`, `decode_attention_qkv`, `norm_logits`, `greedy_head`),
-plus the keywords `tuning` (a `DecodeTuning`; the OpSet binds it: launch sizes, whether to use
-programmatic dependent launch and L2 prefetch, both CUDA sm_90+ only) and, on the layer ops,
-`prefetch` (a weight tensor a later kernel of the step reads; with `tuning.prefetch` this
-kernel's programs pull it into L2 while they wait; None: nothing). Rows per call: up to
-`MAX_ROWS` (decode batch); the engine's prefill keeps the unfused ops.
+plus a keyword `tuning` (a `DecodeTuning`; the OpSet binds it): launch sizes and whether to use
+programmatic dependent launch (CUDA sm_90+ only). Rows per call: up to `MAX_ROWS` (decode
+batch); the engine's prefill keeps the unfused ops.
 
 Launch sizes: a GEMV program owns BLOCK_N weight rows and the whole K, about
 `tuning.tile_bytes` of weights (in registers, loaded before the PDL wait), with BLOCK_N lowered
 until there are at least as many programs as SMs. Attention splits the context so that
 B * Hkv * SPLIT fills the GPU at long contexts, in chunks of at least `tuning.min_chunk`
-positions (`attention_split`). All of it depends on shapes and host-side bounds only: no host
-sync, graph-capturable.
+positions beyond a first bucket served in one pass (`attention_split`). All of it depends
+on shapes and host-side bounds only: no host sync, graph-capturable.
 """
 
 from __future__ import annotations
@@ -34,16 +32,17 @@ class DecodeTuning:
     """Launch choices of the fused decode kernels (none changes a result)."""
 
     pdl: bool = False  # programmatic dependent launch (sm_90+)
-    prefetch: bool = False  # pull a later kernel's weights into L2 (sm_90+ bulk prefetch)
     tile_bytes: int = 32 * 1024  # weight bytes per GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
     attn_block_n: int = 64  # positions per attention tile
     attn_warps: int = 4
-    min_chunk: int = 256  # positions per attention program before splitting further
+    direct_max: int = 256  # up to this bound one program per kv head (no combine kernel)
+    min_chunk: int = 64  # beyond it, positions per attention program at the least
+    attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("tile_bytes", "attn_block_n", "min_chunk", "max_split"):
+        for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split"):
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
@@ -77,14 +76,6 @@ def _warps(block_n: int, block_k: int, tuning: DecodeTuning) -> int:
     return 8 if block_n * block_k >= 16384 else 4
 
 
-def _prefetch_args(prefetch: torch.Tensor | None, tuning: DecodeTuning, like: torch.Tensor):
-    """(pf_ptr, pf_elems, PREFETCH) kernel arguments."""
-    if prefetch is None or not tuning.prefetch:
-        return like, 0, False
-    assert prefetch.is_contiguous() and prefetch.device == like.device
-    return prefetch, prefetch.numel(), True
-
-
 def _check_rows(x: torch.Tensor, K: int) -> int:
     M = x.shape[0]
     assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
@@ -100,7 +91,6 @@ def norm_linear(
     eps: float,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import norm_gemv_kernel
 
@@ -110,11 +100,10 @@ def norm_linear(
     assert x.dtype == weight.dtype == norm_weight.dtype, (x.dtype, weight.dtype)
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
-    pf, pf_elems, pf_on = _prefetch_args(prefetch, tuning, weight)
     norm_gemv_kernel[(cdiv(N, block_n),)](
-        x, norm_weight, weight, y, pf, M, N, x.stride(0), weight.stride(0), y.stride(0),
-        pf_elems, eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, NORM=True,
-        PDL=tuning.pdl, PREFETCH=pf_on,
+        x, norm_weight, weight, y, M, N, x.stride(0), weight.stride(0), y.stride(0),
+        eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, NORM=True,
+        PDL=tuning.pdl,
         num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return y
@@ -126,7 +115,6 @@ def linear_residual(
     residual: torch.Tensor,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import gemv_add_kernel
 
@@ -135,11 +123,9 @@ def linear_residual(
     assert residual.shape == (M, N) and residual.stride(1) == 1 and weight.stride(1) == 1
     assert x.dtype == weight.dtype == residual.dtype, (x.dtype, weight.dtype, residual.dtype)
     block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
-    pf, pf_elems, pf_on = _prefetch_args(prefetch, tuning, weight)
     gemv_add_kernel[(cdiv(N, block_n),)](
-        x, weight, residual, pf, M, N, x.stride(0), weight.stride(0), residual.stride(0),
-        pf_elems, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
-        PREFETCH=pf_on,
+        x, weight, residual, M, N, x.stride(0), weight.stride(0), residual.stride(0),
+        K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
         num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return residual
@@ -152,7 +138,6 @@ def norm_gate_up_silu(
     eps: float,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import norm_gate_up_kernel
 
@@ -164,11 +149,10 @@ def norm_gate_up_silu(
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     block_n = gemv_block_n(inter, K, gate_up.element_size(), x.device, tuning, tiles=2)
     block_k = next_pow2(K)
-    pf, pf_elems, pf_on = _prefetch_args(prefetch, tuning, gate_up)
     norm_gate_up_kernel[(cdiv(inter, block_n),)](
-        x, norm_weight, gate_up, act, pf, M, inter, x.stride(0), gate_up.stride(0),
-        act.stride(0), pf_elems, eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
-        PDL=tuning.pdl, PREFETCH=pf_on,
+        x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0),
+        act.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
+        PDL=tuning.pdl,
         num_warps=_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return act
@@ -177,10 +161,14 @@ def norm_gate_up_silu(
 def attention_split(
     max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
 ) -> int:
-    """Chunks per sequence: enough programs (B * Hkv * SPLIT) for two per SM at long context,
-    never chunks shorter than min_chunk positions; a power of two."""
-    want = cdiv(max(1, max_len), tuning.min_chunk)
-    cap = max(1, 2 * sm_count(device) // max(1, programs_per_split))
+    """Chunks per sequence for a bound `max_len` on seq_lens: 1 up to `tuning.direct_max` (one
+    pass, no combine kernel); beyond, chunks of at least `min_chunk` positions and at most
+    `attn_programs_per_sm` programs per SM in all (programs_per_split = B * Hkv); a power of
+    two."""
+    if max_len <= tuning.direct_max:
+        return 1
+    want = cdiv(max_len, tuning.min_chunk)
+    cap = max(1, tuning.attn_programs_per_sm * sm_count(device) // max(1, programs_per_split))
     split = min(want, cap, tuning.max_split)
     return 1 << (split.bit_length() - 1)
 
@@ -201,7 +189,6 @@ def decode_attention_qkv(
     *,
     tuning: DecodeTuning = DEFAULT,
     split: int | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     B = qkv.shape[0]
     hkv, D = k_cache.shape[1], k_cache.shape[3]
@@ -212,7 +199,7 @@ def decode_attention_qkv(
     assert positions.shape == (B,) and positions.dtype == torch.int32
     return _attention(
         qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
-        max_len, hq, qkv.stride(0), D, fused=True, tuning=tuning, split=split, prefetch=prefetch,
+        max_len, hq, qkv.stride(0), D, fused=True, tuning=tuning, split=split,
     )  # fmt: skip
 
 
@@ -234,7 +221,7 @@ def decode_attention(
     out = _attention(
         q, q, q, q, q, seq_lens, k_cache, v_cache, seq_lens, scale, 0.0,
         k_cache.shape[2] if max_len is None else max_len, hq, q.stride(0), q.stride(1),
-        fused=False, tuning=tuning, split=split, prefetch=None,
+        fused=False, tuning=tuning, split=split,
     )  # fmt: skip
     return out.view(B, hq, D)
 
@@ -242,7 +229,6 @@ def decode_attention(
 def _attention(
     q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
     hq, stride_qb, stride_qh, *, fused: bool, tuning: DecodeTuning, split: int | None,
-    prefetch: torch.Tensor | None,
 ) -> torch.Tensor:  # fmt: skip
     """`split` None: `attention_split` of the bound; a number forces the chunk count."""
     from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
@@ -263,15 +249,14 @@ def _attention(
     else:
         part = torch.empty((B * hq, split, D), device=q.device, dtype=torch.float32)
         lse = torch.empty((B * hq, split), device=q.device, dtype=torch.float32)
-    pf, pf_elems, pf_on = _prefetch_args(prefetch, tuning, k_cache)
     attention_kernel[(B * hkv, split)](
         q, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out, part, lse,
-        pf, pf_elems, scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
+        scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_N=tuning.attn_block_n,
         FUSED=fused, DIRECT=split == 1, IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
-        PREFETCH=pf_on, num_warps=tuning.attn_warps, launch_pdl=tuning.pdl,
+        num_warps=tuning.attn_warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
     if split > 1:
         attention_combine_kernel[(B * hq,)](

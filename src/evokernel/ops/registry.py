@@ -111,10 +111,7 @@ class OpSet:
         from evokernel.ops import activation, decode, norm, rope
 
         use_pdl = pdl_supported() if pdl is None else pdl
-        chosen = tuning or decode.DEFAULT
-        # L2 bulk prefetch is an sm_90 instruction, as is PDL.
-        prefetch = chosen.prefetch and pdl_supported()
-        bound = dataclasses.replace(chosen, pdl=use_pdl, prefetch=prefetch)
+        bound = dataclasses.replace(tuning or decode.DEFAULT, pdl=use_pdl)
         ops = cls.torch().replace(
             rms_norm=(norm.rms_norm, "triton"),
             residual_add=(norm.residual_add, "triton"),
