@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh                      all sections
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
-# Sections: env tests engine evaluator evolve. Each writes JSON and a log under $OUT
+# Sections: env tests engine evaluator evolve, and bench (the decode benchmark's full suite,
+# about 6 minutes; not in the default list). Each writes JSON and a log under $OUT
 # (./out when unset); one failing section does not stop the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py).
 set -uo pipefail
@@ -36,7 +37,8 @@ for s in "${sections[@]}"; do
     engine) run_section engine bash scripts/gpu/engine_check.sh ;;
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
-    *) echo "unknown section $s (env tests engine evaluator evolve)"; exit 2 ;;
+    bench) run_section bench bash scripts/gpu/bench_decode.sh ;;
+    *) echo "unknown section $s (env tests engine evaluator evolve bench)"; exit 2 ;;
   esac
 done
 $PY scripts/gpu/summary.py "$OUT"

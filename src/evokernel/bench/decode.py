@@ -72,6 +72,8 @@ class DecodeBenchOptions:
     def __post_init__(self) -> None:
         if not self.positions or min(self.positions) < 1:
             raise ConfigError("--positions: every position must be >= 1 (a prompt of that many)")
+        if len(set(self.positions)) != len(self.positions):
+            raise ConfigError("--positions: a position is named twice")
         if self.steps < 2:
             raise ConfigError(f"--steps must be >= 2, got {self.steps}")
         if self.warmup < 0:

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Batch-1 decode of one checkpoint by our engine and each baseline, in this one "
             "process: per context position, prefill a prompt of that many tokens (TTFT), then "
             "time each decode step (CUDA events) -> tok/s from the median step, ms/token "
-            "P50/P95/P99, %% of the bandwidth floor (weights + KV bytes over the copy bandwidth "
+            "P50/P95/P99, % of the bandwidth floor (weights + KV bytes over the copy bandwidth "
             "measured in this run) and tok/J (NVML). Writes JSON and CSV (docs/bench.md). "
             "Suites: quick = positions 1,128,512,1024,4096; full = also 8192,16384,32768; both "
             "64 timed steps after 8 warm-up steps. Without CUDA it runs a labelled smoke test "
@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     d.add_argument("--model", metavar="DIR", help="checkpoint directory (HF layout)")
-    d.add_argument("--suite", choices=("quick", "full"), default="quick", help="default quick")
+    d.add_argument(
+        "--suite", choices=("quick", "full"), default=None, help="default quick (CPU: smoke)"
+    )
     d.add_argument(
         "--baselines",
         default=DEFAULT_BASELINES,
@@ -134,7 +136,11 @@ def _options(args: argparse.Namespace) -> Any:
     from evokernel.model.loader import resolve_dtype
 
     device = devices.resolve(args.device)
-    suite_name = args.suite if device == "cuda" else "smoke"
+    suite_name = (args.suite or "quick") if device == "cuda" else "smoke"
+    if args.suite and device == "cpu":
+        print(
+            f"note: --suite {args.suite} needs CUDA; running the CPU smoke suite", file=sys.stderr
+        )
     suite = SUITES[suite_name]
     systems = tuple(s for s in args.baselines.replace(" ", "").split(",") if s)
     unknown = [s for s in systems if s not in SYSTEM_NAMES]
