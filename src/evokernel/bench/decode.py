@@ -68,6 +68,7 @@ class DecodeBenchOptions:
     command: str
     max_minutes: float | None = None
     label: str | None = None
+    engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
 
     def __post_init__(self) -> None:
         if not self.positions or min(self.positions) < 1:
@@ -144,7 +145,9 @@ def _run_system(
         return
     t0 = time.perf_counter()
     try:
-        system = load_system(name, opts.model_dir, opts.device, opts.dtype, max_need)
+        system = load_system(
+            name, opts.model_dir, opts.device, opts.dtype, max_need, opts.engine_ops
+        )
     except Exception as err:
         line = f"load failed: {error_line(err)}"
         run.progress(f"{name}: {line}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import EvokernelError
+from evokernel.model.config import read_json_object
 
 KIND = "evokernel-bench-decode"
 SCHEMA = 1
@@ -91,12 +92,7 @@ def write(doc: dict[str, Any], path: Path) -> Path:
 
 def load(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as err:
-        raise EvokernelError(f"{p}: cannot read ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise EvokernelError(f"{p}: not valid JSON ({err})") from None
+    doc = read_json_object(p)  # one-line errors for unreadable or malformed files
     problems = validate(doc)
     if problems:
         raise EvokernelError(f"{p}: not a bench decode result file ({problems[0]})")

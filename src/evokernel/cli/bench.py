@@ -2,7 +2,7 @@
 
     evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
         [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
-        [--power-window-ms MS] [--max-minutes M] [--out FILE.json] [--json]
+        [--ops torch|triton] [--power-window-ms MS] [--max-minutes M] [--out FILE.json] [--json]
     evokernel bench decode --compare A.json B.json [--json]
 
 stdout: a table, then one JSON line (the summary: file paths, tok/s per system and position;
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evokernel.cli.generate import add_engine_args
 from evokernel.errors import EvokernelError
 
 ORDER = 40
@@ -56,15 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--steps", type=int, metavar="N", help="timed decode steps per position")
     d.add_argument("--warmup", type=int, metavar="N", help="untimed decode steps first")
     d.add_argument("--positions", metavar="LIST", help="context positions, e.g. 1,128,4096")
-    d.add_argument(
-        "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
-    )
-    d.add_argument(
-        "--dtype",
-        choices=("bfloat16", "float16", "float32"),
-        default=None,
-        help="default: bfloat16 on CUDA, float32 on the CPU",
-    )
+    add_engine_args(d)  # --device, --dtype, --ops (our engine's op implementations)
     d.add_argument(
         "--power-window-ms",
         type=float,
@@ -132,7 +125,7 @@ def _options(args: argparse.Namespace) -> Any:
     from evokernel import device as devices
     from evokernel.bench.decode import CPU_LABEL, SUITES, DecodeBenchOptions
     from evokernel.bench.systems import SYSTEM_NAMES
-    from evokernel.cli.generate import parse_ids
+    from evokernel.cli.generate import parse_ids, resolve_ops
     from evokernel.model.loader import resolve_dtype
 
     device = devices.resolve(args.device)
@@ -163,10 +156,11 @@ def _options(args: argparse.Namespace) -> Any:
     if out.suffix != ".json":
         raise EvokernelError(f"--out must name a .json file, got {out}")
     dtype_name = str(dtype).removeprefix("torch.")
+    ops = resolve_ops(args)
     command = (
         f"evokernel bench decode --model {args.model} --baselines {','.join(systems)} "
         f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
-        f"--device {device} --dtype {dtype_name} --power-window-ms {window:g}"
+        f"--device {device} --dtype {dtype_name} --ops {ops} --power-window-ms {window:g}"
         + (f" --suite {suite_name}" if device == "cuda" else "")
         + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes is not None else "")
     )
@@ -183,6 +177,7 @@ def _options(args: argparse.Namespace) -> Any:
         out=out,
         command=command,
         max_minutes=args.max_minutes,
+        engine_ops=ops,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
     )
 

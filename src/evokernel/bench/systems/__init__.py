@@ -35,13 +35,19 @@ def skip_reason(name: str, device: str) -> str | None:
 
 
 def load_system(
-    name: str, model_dir: str | Path, device: str, dtype: torch.dtype, max_len: int
+    name: str,
+    model_dir: str | Path,
+    device: str,
+    dtype: torch.dtype,
+    max_len: int,
+    engine_ops: str | None = None,
 ) -> System:
-    """`max_len`: the most positions any session of this run will need."""
+    """`max_len`: the most positions any session of this run will need; `engine_ops`: our
+    engine's op set (None: its device default)."""
     if name == "evokernel":
         from evokernel.bench.systems.evokernel import EvokernelSystem
 
-        return EvokernelSystem(model_dir, device, dtype)
+        return EvokernelSystem(model_dir, device, dtype, engine_ops)
     if name == "gptfast":
         from evokernel.bench.systems.gptfast import GptFastSystem
 
