@@ -60,7 +60,7 @@ def scenario_lines(label: str, result: EvalResult) -> list[str]:
 
 def split_seed(tmp: Path) -> Path:
     source = set_knobs(
-        get_task(ATTENTION).seed_candidate.read_text(), {"BLOCK_N": 128, "NUM_WARPS": 8}
+        get_task(ATTENTION).seed_candidate.read_text(), {"BLOCK_N": 128, "NUM_STAGES": 4}
     )
     path = tmp / "attention_n128.py"
     path.write_text(source)

@@ -33,8 +33,8 @@ EXPECTED = {
 
 
 def split_seed(tmp_path: Path) -> Path:
-    """The attention seed with other knobs (longer tiles, 8 warps)."""
-    source = set_knobs(get_task(TASK).seed_candidate.read_text(), {"BLOCK_N": 128, "NUM_WARPS": 8})
+    """The attention seed with other knobs (longer tiles, deeper pipelining)."""
+    source = set_knobs(get_task(TASK).seed_candidate.read_text(), {"BLOCK_N": 128, "NUM_STAGES": 4})
     path = tmp_path / "n128.py"
     path.write_text(source)
     return path

@@ -18,7 +18,8 @@ position writes K and V to the cache. The new K/V row is substituted in register
 tile covers that position, so no program reads what another program of this launch writes.
 Without FUSED, q [B, Hq, D] is already normalised and rotated, and the cache is only read.
 
-The first K/V tile is loaded before the PDL wait: cache rows below the
+The first K/V tile is loaded before the PDL wait (the following ones at the top of the loop,
+where Triton pipelines them): cache rows below the
 current position were written by earlier steps (complete before this step's graph began), and
 the row at the current position is substituted.
 
@@ -64,6 +65,31 @@ def _dot(a, b, IEEE: tl.constexpr):
     if IEEE:
         return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _tile(
+    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, kn_lo, kn_hi, vn_lo, vn_hi,
+    m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """One K/V tile of the online softmax: (m_i, l_i, acc_lo, acc_hi) updated. With FUSED the
+    row at `pos` is the new token's (kn_*, vn_*), whatever the cache held there."""
+    if FUSED:
+        new = (offs_n == pos)[:, None]
+        k_lo = tl.where(new, kn_lo, k_lo)
+        k_hi = tl.where(new, kn_hi, k_hi)
+        v_lo = tl.where(new, vn_lo, v_lo)
+        v_hi = tl.where(new, vn_hi, v_hi)
+    scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(scores - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    pv = p.to(v_lo.dtype)
+    acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
+    acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    return m_new, l_i, acc_lo, acc_hi
 
 
 @triton.jit
@@ -137,8 +163,6 @@ def attention_kernel(
         qw2 = tl.load(q_norm_ptr + HALF + offs_h).to(tl.float32)
         kw1 = tl.load(k_norm_ptr + offs_h).to(tl.float32)
         kw2 = tl.load(k_norm_ptr + HALF + offs_h).to(tl.float32)
-    else:
-        pos = -1
 
     pdl_enter(PDL)
 
@@ -174,32 +198,31 @@ def attention_kernel(
         tl.store(v_dst, vn_lo, mask=owner)
         tl.store(v_dst + HALF, vn_hi, mask=owner)
 
+    if not FUSED:  # no new row to substitute: placeholders the tile update ignores
+        pos = -1
+        kn_lo = k_lo
+        kn_hi = k_hi
+        vn_lo = v_lo
+        vn_hi = v_hi
     qk_scale = scale * 1.4426950408889634  # scores in log2 units
     m_i = tl.full([BLOCK_G], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
+    if start < end:  # the first tile, loaded before the PDL wait
+        m_i, l_i, acc_lo, acc_hi = _tile(
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
+            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+        )  # fmt: skip
+    for n0 in range(start + BLOCK_N, end, BLOCK_N):
+        # Loads at the top of the loop: Triton pipelines them several tiles deep.
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        if FUSED:
-            new = (offs_n == pos)[:, None]
-            k_lo = tl.where(new, kn_lo, k_lo)
-            k_hi = tl.where(new, kn_hi, k_hi)
-            v_lo = tl.where(new, vn_lo, v_lo)
-            v_hi = tl.where(new, vn_hi, v_hi)
-        scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
-        scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        pv = p.to(dtype)
-        acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
-        acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
-        m_i = m_new
-        # The next tile (past `end` it is fully masked and not fetched).
-        k_lo, k_hi = _kv_tile(k_base, offs_n + BLOCK_N, offs_h, end, stride_ks, HALF)
-        v_lo, v_hi = _kv_tile(v_base, offs_n + BLOCK_N, offs_h, end, stride_vs, HALF)
+        k_lo, k_hi = _kv_tile(k_base, offs_n, offs_h, end, stride_ks, HALF)
+        v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
+        m_i, l_i, acc_lo, acc_hi = _tile(
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos,
+            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+        )  # fmt: skip
 
     if DIRECT:
         o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]

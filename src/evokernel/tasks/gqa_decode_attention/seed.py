@@ -16,8 +16,10 @@ engine's own attention, kernels/attention.py, without its fused q/k prep), in tw
 
 SPLIT is chosen on the host from the cache length S_max (a bound on seq_lens): 1 up to
 DIRECT_MAX positions (no combine kernel), beyond that chunks of at least MIN_CHUNK positions
-with at most two programs per SM. The grid depends on shapes only and the chunk bounds are
-computed on the device from seq_lens: no host sync, graph-capturable.
+with at most two programs per SM. The tile loads sit at the top of the loop so that Triton's
+software pipelining keeps NUM_STAGES tiles in flight per program. The grid depends on shapes
+only and the chunk bounds are computed on the device from seq_lens: no host sync,
+graph-capturable.
 
 Bytes per call (dtype size e): q B*Hq*D*e + K and V 2*sum(seq_lens)*Hkv*D*e (read once) + out
 B*Hq*D*e; with SPLIT > 1 the float32 partials add B*Hq*SPLIT*(D + 1)*4 written and read once.
@@ -29,9 +31,10 @@ import triton.language as tl
 
 # EVOLVE-BLOCK-START
 BLOCK_N = 64  # tune: 32, 64, 128
-NUM_WARPS = 4  # tune: 4, 8
-MIN_CHUNK = 64  # tune: 64, 128, 256
+MIN_CHUNK = 64  # tune: 64, 128
+NUM_STAGES = 3  # tune: 2, 3, 4
 DIRECT_MAX = 256  # tune: 128, 256, 512
+NUM_WARPS = 4
 PROGRAMS_PER_SM = 2
 
 
@@ -39,9 +42,9 @@ PROGRAMS_PER_SM = 2
 def _kv_tile(base, offs_n, offs_h, end, stride_s, HALF: tl.constexpr):
     """Rows offs_n (< end) of one kv head as two [BLOCK_N, HALF] halves (0 where masked)."""
     mask = (offs_n < end)[:, None]
-    ptrs = base + offs_n[:, None].to(tl.int64) * stride_s + offs_h[None, :]
-    lo = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    hi = tl.load(ptrs + HALF, mask=mask, other=0.0, eviction_policy="evict_first")
+    kv_ptrs = base + offs_n[:, None].to(tl.int64) * stride_s + offs_h[None, :]
+    lo = tl.load(kv_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    hi = tl.load(kv_ptrs + HALF, mask=mask, other=0.0, eviction_policy="evict_first")
     return lo, hi
 
 
@@ -108,10 +111,11 @@ def _attend(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
-    k_lo, k_hi = _kv_tile(k_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_ks, HALF)
-    v_lo, v_hi = _kv_tile(v_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_vs, HALF)
     for n0 in range(start, end, BLOCK_N):
+        # Loads at the top of the loop: Triton pipelines them NUM_STAGES tiles deep.
         offs_n = n0 + tl.arange(0, BLOCK_N)
+        k_lo, k_hi = _kv_tile(k_base, offs_n, offs_h, end, stride_ks, HALF)
+        v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
         scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
         scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
@@ -122,8 +126,6 @@ def _attend(
         acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
         acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
         m_i = m_new
-        k_lo, k_hi = _kv_tile(k_base, offs_n + BLOCK_N, offs_h, end, stride_ks, HALF)
-        v_lo, v_hi = _kv_tile(v_base, offs_n + BLOCK_N, offs_h, end, stride_vs, HALF)
 
     if DIRECT:
         o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]
@@ -224,6 +226,7 @@ def _launch(q, k_cache, v_cache, seq_lens, scale):
         DIRECT=split == 1,
         IEEE=q.dtype == torch.float32,
         num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     if split > 1:
         _combine[(B * Hq,)](
