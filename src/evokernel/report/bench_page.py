@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evokernel.report.bench_data import BenchData, floor_tok_s, load_bench
+from evokernel.report.bench_data import FIGURES, BenchData, floor_tok_s, load_bench
 from evokernel.report.page import document, section, table, write_page
 from evokernel.report.svg import Mark, Series, color, esc, fmt, line_chart
 
@@ -111,21 +111,7 @@ def _figures(data: BenchData) -> str:
         for r in data.of(name):
             rows.append(
                 [esc(name), fmt(r.position), fmt(r.steps)]
-                + [
-                    fmt(r.get(k))
-                    for k in (
-                        "tok_s",
-                        "ms_p50",
-                        "ms_p95",
-                        "ms_p99",
-                        "ms_mean",
-                        "floor_ms",
-                        "pct_floor",
-                        "ttft_ms",
-                        "power_w",
-                        "tok_per_j",
-                    )
-                ]
+                + [fmt(r.get(k)) for k in FIGURES]
                 + [esc(r.error or "")]
             )
     failed = [r for r in data.rows if r.error]
@@ -191,38 +177,32 @@ def _environment(data: BenchData) -> str:
     return section("environment", "Hardware and software", inner)
 
 
+def _by_position(series: list[Series], title: str, y_label: str, marks: list[Mark]) -> str:
+    return line_chart(
+        series,
+        title=title,
+        x_label="context position (tokens)",
+        y_label=y_label,
+        log_x=True,
+        y_from_zero=True,
+        marks=marks,
+        empty="no system was measured",
+    )
+
+
 def render_bench(data: BenchData) -> str:
-    empty = "no system was measured"
-    tok = line_chart(
-        [
-            *throughput_series(data),
-            Series("bandwidth floor", floor_tok_s(data), "#1d2329", dashed=True, markers=False),
-        ],
-        title="Decode throughput by context position",
-        x_label="context position (tokens)",
-        y_label="tokens / s",
-        log_x=True,
-        y_from_zero=True,
-        empty=empty,
+    floor = Series("bandwidth floor", floor_tok_s(data), "#1d2329", dashed=True, markers=False)
+    tok = _by_position(
+        [*throughput_series(data), floor], "Decode throughput by context position", "tokens / s", []
     )
-    pct = line_chart(
+    pct = _by_position(
         floor_series(data),
-        title="Share of the bandwidth floor",
-        x_label="context position (tokens)",
-        y_label="% of the floor",
-        log_x=True,
-        y_from_zero=True,
-        marks=[Mark(100.0, "floor (100%)", "y", "#1d2329")],
-        empty=empty,
+        "Share of the bandwidth floor",
+        "% of the floor",
+        [Mark(100.0, "floor (100%)", "y", "#1d2329")],
     )
-    lat = line_chart(
-        latency_series(data),
-        title="Decode step latency: P50 (solid), P99 (dashed)",
-        x_label="context position (tokens)",
-        y_label="ms per step",
-        log_x=True,
-        y_from_zero=True,
-        empty=empty,
+    lat = _by_position(
+        latency_series(data), "Decode step latency: P50 (solid), P99 (dashed)", "ms per step", []
     )
     body = "".join(
         [
