@@ -93,7 +93,7 @@
     }
     if (n.reused) row("evaluation", "reused from " + n.reused);
     row("evaluated in", n.wall === null ? null : fmt(n.wall) + " s");
-    if (n.tokens) row("LLM", fmt(n.tokens) + " tokens, $" + n.cost.toFixed(4) + " (" + n.models.join(", ") + ")");
+    if (n.tokens) row("LLM", fmt(n.tokens) + " tokens, $" + (n.cost || 0).toFixed(4) + " (" + n.models.join(", ") + ")");
     if (n.src) row("source", el("a", { href: n.src, text: n.src }));
     details.appendChild(dl);
     if (n.desc) details.appendChild(el("p", { text: n.desc }));
