@@ -2,7 +2,7 @@
 
 evokernel generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N
     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--device cuda|cpu]
-    [--dtype D] [--ops torch|triton] [--no-graph] [--json]
+    [--dtype D] [--ops torch|triton] [--no-pdl] [--no-graph] [--json]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """--device, --dtype, --ops: shared by generate and verify."""
+    """--device, --dtype, --ops, --no-pdl: shared by generate and verify."""
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
     )
@@ -54,6 +54,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="op implementations: our Triton kernels and task seeds, or torch (default: triton "
         "on CUDA; torch on the CPU, where Triton runs only under its slow interpreter)",
+    )
+    p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="launch the Triton decode kernels without programmatic dependent launch (on by "
+        "default on sm_90+ GPUs; this measures what it buys)",
     )
 
 
@@ -85,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     prompt = (
         parse_ids(args.prompt_ids) if args.prompt_ids else encode_prompt(args.model, args.prompt)
     )
-    model = load_engine(args.model, args.device, args.dtype, resolve_ops(args))
+    model = load_engine(
+        args.model, args.device, args.dtype, resolve_ops(args), pdl=False if args.no_pdl else None
+    )
     options = GenerateOptions(
         max_new_tokens=args.max_new_tokens,
         sampling=sampling,

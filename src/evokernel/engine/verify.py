@@ -134,9 +134,11 @@ def engine_forced(
         logits = [
             model.prefill(ids, torch.tensor([L], device=dev), cache)[0].to("cpu", torch.float64)
         ]
-        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev))
+        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev), L + 1)
         for i in range(1, len(tokens)):
-            logits.append(runner.step()[0].to("cpu", torch.float64))
+            step = runner.step()
+            assert step is not None, "a sampling runner returns logits"
+            logits.append(step[0].to("cpu", torch.float64))
             runner.feed(torch.tensor(tokens[i : i + 1], device=dev))
     return torch.stack(logits), runner.uses_graph
 
@@ -221,11 +223,12 @@ def verify(
     prompt: list[int] | None = None,
     threshold: float | None = None,
     fp32_reference: bool | None = None,
+    pdl: bool | None = None,
 ) -> VerifyResult:
     """Load the engine and transformers from `model_dir` and compare them (see module doc)."""
     if steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
-    model = load_engine(model_dir, device, dtype, ops)
+    model = load_engine(model_dir, device, dtype, ops, pdl=pdl)
     ids = prompt or default_prompt(model.cfg.vocab_size)
     bad = [t for t in ids if not 0 <= t < model.cfg.vocab_size]
     if bad:
