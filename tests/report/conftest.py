@@ -44,6 +44,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 @pytest.fixture(scope="session")
+def smoke_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real `bench decode` result: the CPU smoke suite on a `tiny` random checkpoint, our
+    engine and transformers eager (the cheapest two systems)."""
+    import contextlib
+    import io
+
+    from evokernel.cli import main
+
+    root = tmp_path_factory.mktemp("smoke-bench")
+    out = root / "smoke.json"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["model", "random", str(root / "tiny"), "--preset", "tiny"]) == 0
+        argv = ["bench", "decode", "--model", str(root / "tiny"), "--device", "cpu"]
+        assert main([*argv, "--baselines", "evokernel,hf_eager", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     exe = find_chromium()
     if exe is None:

@@ -65,9 +65,9 @@ def test_page_holds_every_system_the_floor_and_the_errors_escaped(h200, tmp_path
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"kind": "something-else"}, "not a bench decode result"),
-        ({**bench_doc(["evokernel"]), "schema": 2}, "schema 2, need 1"),
-        ({**bench_doc(["evokernel"]), "results": None}, 'no "results" list'),
+        ({"kind": "something-else"}, "not a bench decode result file (kind is 'something-else'"),
+        ({**bench_doc(["evokernel"]), "schema": 2}, "schema is 2, expected 1"),
+        ({**bench_doc(["evokernel"]), "systems": ["evokernel", "vllm"]}, "no row for vllm"),
     ],
 )
 def test_files_that_are_not_bench_results_are_refused_in_one_line(tmp_path, capsys, doc, message):
@@ -127,3 +127,17 @@ def test_bench_page_in_the_browser(h200, open_page, tmp_path):
     assert "CUDA out of memory </td><b>bold</b>" in page.locator("#figures").inner_text()
     page.screenshot(path=str(tmp_path / "bench.png"), full_page=True)
     assert (tmp_path / "bench.png").stat().st_size > 20_000
+
+
+def test_real_cpu_smoke_result_renders_with_its_label(smoke_bench, open_page, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    code, _, err = _cli(capsys, smoke_bench, "--png", tmp_path / "png")
+    assert code == 0, err
+    page_path = smoke_bench.with_suffix(".html")
+    html = page_path.read_text()
+    assert "cpu-smoke" in html and "not a speed claim" in html
+    assert len(list((tmp_path / "png").glob("decode_*.png"))) == 3
+    page, log = open_page(page_path)
+    assert log.errors == [] and log.requests == [page_path.resolve().as_uri()]
+    series = page.locator("#throughput figcaption").first.inner_text()
+    assert "evokernel" in series and "hf_eager" in series and "bandwidth floor" in series

@@ -1,36 +1,21 @@
-"""`bench decode` result files (kind "evokernel-bench-decode", schema 1), read and checked.
+"""`bench decode` result files, read for the report: rows grouped into series by system.
 
-`load_bench(paths)` reads one or more files and refuses, with one line, a file that is not such
-a result, a schema it does not know, or files from different GPUs (or devices): their figures
-cannot be put on one axis. Figures that are null, missing or not finite stay None ("not
-measured"). Series are keyed by system; when several files hold the same system, the file's
-name tells them apart, so two runs of one system can be compared.
+`load_bench(paths)` reads each file through `evokernel.bench.results.load`, which refuses, in
+one line, a file that is not a well-formed result (kind "evokernel-bench-decode", schema 1), and
+refuses files from different GPUs (or devices): their figures cannot share an axis. Figures
+that are null stay None ("not measured"). A system present in several files becomes one series
+per file, named after the file, so two runs of one system can be compared.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evokernel.bench.results import FIGURES, load
 from evokernel.errors import EvokernelError
-
-KIND = "evokernel-bench-decode"
-SCHEMA = 1
-FIGURES = (
-    "tok_s",
-    "ms_p50",
-    "ms_p95",
-    "ms_p99",
-    "ms_mean",
-    "floor_ms",
-    "pct_floor",
-    "ttft_ms",
-    "power_w",
-    "tok_per_j",
-)
+from evokernel.report.outcomes import number
 
 
 @dataclass
@@ -78,36 +63,11 @@ class BenchData:
     def of(self, series: str) -> list[BenchRow]:
         return sorted((r for r in self.rows if r.series == series), key=lambda r: r.position)
 
-    def positions(self) -> list[int]:
-        return sorted({r.position for r in self.rows})
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _read(path: Path) -> BenchFile:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise EvokernelError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise EvokernelError(f"{path}: not a JSON file ({type(err).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        raise EvokernelError(f'{path}: not a bench decode result (no "kind": "{KIND}")')
-    if doc.get("schema") != SCHEMA:
-        raise EvokernelError(f"{path}: bench decode schema {doc.get('schema')!r}, need {SCHEMA}")
-    if not isinstance(doc.get("results"), list):
-        raise EvokernelError(f'{path}: no "results" list')
-    return BenchFile(path, doc)
-
 
 def load_bench(paths: list[Path]) -> BenchData:
     if not paths:
         raise EvokernelError("no bench decode result file given")
-    files = [_read(Path(p)) for p in paths]
+    files = [BenchFile(Path(p), load(p)) for p in paths]
     first = files[0]
     for f in files[1:]:
         for key in ("device", "gpu"):
@@ -120,8 +80,7 @@ def load_bench(paths: list[Path]) -> BenchData:
     systems: dict[str, set[Path]] = {}
     for f in files:
         for r in f.doc["results"]:
-            if isinstance(r, dict):
-                systems.setdefault(str(r.get("system")), set()).add(f.path)
+            systems.setdefault(str(r.get("system")), set()).add(f.path)
     data = BenchData(files)
     for f in files:
         for k, r in enumerate(f.doc["results"]):
@@ -137,7 +96,7 @@ def load_bench(paths: list[Path]) -> BenchData:
                     system=system,
                     position=r["position"],
                     steps=r.get("steps") if isinstance(r.get("steps"), int) else None,
-                    figures={name: _number(r.get(name)) for name in FIGURES},
+                    figures={name: number(r.get(name)) for name in FIGURES},
                     error=str(r["error"]) if r.get("error") else None,
                 )
             )
