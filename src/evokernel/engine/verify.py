@@ -23,6 +23,7 @@ Pass (every logit finite, and):
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
 from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.errors import ConfigError, EvokernelError
+from evokernel.model.config import Qwen3Config
 
 THRESHOLDS: dict[torch.dtype, float] = {
     torch.float32: 1e-5,
@@ -151,8 +153,8 @@ def compare(
     use_graph: bool | None = None,
 ) -> VerifyResult:
     """Verify `model` against the loaded transformers model `hf` (same weights)."""
-    if steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    _check(steps, threshold)
+    model.cfg.check_tokens(prompt, steps, "--steps", model.max_seq_len)
     thr = THRESHOLDS[model.dtype] if threshold is None else threshold
     ref_tokens, ref_logits = reference_greedy(hf, prompt, steps)
     ours, graphed = engine_forced(model, prompt, ref_tokens, use_graph)
@@ -185,6 +187,13 @@ def compare(
         fp32_kl_mean=fp32_ours,
         fp32_kl_mean_ref=fp32_ref,
     )
+
+
+def _check(steps: int, threshold: float | None) -> None:
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"--threshold must be finite and >= 0, got {threshold}")
 
 
 def _judge(
@@ -222,14 +231,15 @@ def verify(
     threshold: float | None = None,
     fp32_reference: bool | None = None,
 ) -> VerifyResult:
-    """Load the engine and transformers from `model_dir` and compare them (see module doc)."""
-    if steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {steps}")
-    model = load_engine(model_dir, device, dtype, ops)
-    ids = prompt or default_prompt(model.cfg.vocab_size)
-    bad = [t for t in ids if not 0 <= t < model.cfg.vocab_size]
-    if bad:
-        raise ConfigError(f"prompt token id {bad[0]} is outside [0, {model.cfg.vocab_size})")
+    """Load the engine and transformers from `model_dir` and compare them (see module doc).
+
+    The prompt and `steps` are checked against the config before anything is loaded: the
+    reference would decode past the model's positions, and the engine then refuse them."""
+    _check(steps, threshold)
+    cfg = Qwen3Config.from_dir(model_dir)
+    ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
+    cfg.check_tokens(ids, steps, "--steps")
+    model = load_engine(model_dir, device, dtype, ops, max_seq_len=len(ids) + steps)
     dev = model.device.type
     hf = load_reference(model_dir, dev, model.dtype)
     want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference

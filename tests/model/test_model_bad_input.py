@@ -1,0 +1,158 @@
+"""`evokernel model random` and `evokernel model info` on bad input: one `error:` line, exit 2,
+nothing half-written; non-finite weights are named."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from model_helpers import edit_tensors
+from safetensors.torch import load_file
+
+from evokernel.cli import main
+from evokernel.model import random as random_ckpt
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (argv, out, err)
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    return err.strip()
+
+
+def _random(out: str, *extra: str) -> list[str]:
+    return ["model", "random", out, "--preset", "tiny", *extra]
+
+
+def test_random_refuses_output_paths_it_cannot_create(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert _refused(capsys, _random("")) == "error: OUT_DIR: empty path"
+    assert _refused(capsys, _random(str(file / "sub"))) == (
+        f"error: OUT_DIR: {file / 'sub'} lies under {file}, which is a regular file, "
+        "not a directory"
+    )
+    assert _refused(capsys, _random(str(file))) == (
+        f"error: OUT_DIR: {file} exists and is a regular file, not a directory"
+    )
+    assert "/proc/x" in _refused(capsys, _random("/proc/x"))  # /proc takes no new directories
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),
+        (["--seed", "9" * 25], f"--seed must be in [0, 2**63), got {'9' * 25}"),
+        (["--seed", "1.5"], "--seed: expected an integer, got '1.5'"),
+        (["--layers", "9" * 25], f"--layers must be in [1, 10000], got {'9' * 25}"),
+        (["--heads", "0"], "--heads must be >= 1, got 0"),
+        (["--vocab", "big"], "--vocab: expected an integer, got 'big'"),
+        (
+            ["--hidden", "99999999999"],
+            "tensor 'model.embed_tokens.weight' [512, 99999999999] takes 1.02e+05 GB; writing "
+            "needs two such tensors in RAM",
+        ),
+    ],
+)
+def test_random_refuses_bad_numbers_before_writing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str], message: str
+) -> None:
+    out = tmp_path / "ckpt"
+    assert _refused(capsys, _random(str(out), *extra)).startswith(f"error: {message}")
+    assert not out.exists()
+
+
+def test_random_refuses_a_checkpoint_larger_than_the_free_disk(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(random_ckpt.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+    assert _refused(capsys, _random(str(tmp_path / "c"))) == (
+        f"error: {tmp_path / 'c'}: the checkpoint takes 0.000312 GB; the disk has 1e-06 GB free"
+    )
+
+
+def test_a_failed_write_is_one_line_and_leaves_no_partial_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[str] = []
+    real = random_ckpt._random_tensor
+
+    def fill_the_disk(spec, *args):  # type: ignore[no-untyped-def]
+        drawn.append(spec.name)
+        if len(drawn) == 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(spec, *args)
+
+    monkeypatch.setattr(random_ckpt, "_random_tensor", fill_the_disk)
+    out = tmp_path / "c"
+    assert _refused(capsys, _random(str(out))) == (
+        f"error: {out}: cannot write the checkpoint (No space left on device)"
+    )
+    assert sorted(p.name for p in out.iterdir()) == []
+    monkeypatch.setattr(random_ckpt, "_random_tensor", real)
+    assert main(_random(str(out))) == 0  # and the directory is usable again
+
+
+def test_info_names_non_finite_tensors(capsys: pytest.CaptureFixture[str], tiny_copy: Path) -> None:
+    weights = tiny_copy / "model.safetensors"
+    tensors = load_file(weights)
+    up = tensors["model.layers.0.mlp.up_proj.weight"].clone()
+    up[3, 4] = float("nan")
+    norm = tensors["model.norm.weight"].clone()
+    norm[0] = float("-inf")
+    edit_tensors(weights, model__layers__0__mlp__up_proj__weight=up, model__norm__weight=norm)
+    assert _refused(capsys, ["model", "info", str(tiny_copy)]) == (
+        f"error: {weights}: tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or Inf "
+        "(and 1 more: model.norm.weight)"
+    )
+    assert main(["model", "info", str(tiny_copy), "--skip-values", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "values      not read (--skip-values)" in out
+    assert json.loads(out.splitlines()[-1])["values_checked"] is False
+
+
+def test_info_checks_values_of_sharded_and_untied_checkpoints(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = random_ckpt.write_random_checkpoint(tmp_path / "c", "tiny", shards=3, untied=True)
+    assert main(["model", "info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["values_checked"] is True
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shard = out / index["weight_map"]["lm_head.weight"]
+    tensors = load_file(shard)
+    tensors["lm_head.weight"] = torch.full_like(tensors["lm_head.weight"], float("inf"))
+    edit_tensors(shard, lm_head__weight=tensors["lm_head.weight"])
+    assert _refused(capsys, ["model", "info", str(out)]) == (
+        f"error: {shard}: tensor 'lm_head.weight' holds NaN or Inf"
+    )
+
+
+def test_info_refuses_paths_that_are_not_directories(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert _refused(capsys, ["model", "info", ""]) == "error: DIR: empty path"
+    assert _refused(capsys, ["model", "info", str(fifo)]) == (
+        f"error: DIR: {fifo} is a FIFO, not a directory"
+    )
+
+
+def test_random_under_proc_in_a_fresh_process_is_one_line(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    for out in ("/proc/x", str(file / "sub")):
+        cmd = [sys.executable, "-m", "evokernel", "model", "random", out, "--preset", "tiny"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
