@@ -195,6 +195,38 @@ def test_generate_drops_hub_token_ids_outside_a_small_vocabulary(
     ]
 
 
+def test_verify_checks_a_hub_config_on_a_small_vocabulary(
+    capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
+) -> None:
+    """Qwen3's bos/eos/pad ids on a 512-token vocabulary: transformers' embedding would refuse
+    the pad id; both sides drop the ids, and one warning says so."""
+    model = tmp_path / "hub"
+    shutil.copytree(tiny_fp32, model)
+    config = json.loads((model / "config.json").read_text())
+    config |= {"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643}
+    (model / "config.json").write_text(json.dumps(config))
+    argv = ["verify", "--model", str(model), *CPU, "--steps", "3", "--json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["passed"] is True
+    assert err.splitlines() == [
+        f"warning: {model}: token ids outside the vocabulary [0, 512) ignored: "
+        "config.json eos_token_id 151645; config.json bos_token_id 151643"
+    ]
+
+
+def test_verify_reports_a_config_transformers_refuses_in_one_line(
+    capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "strict"
+    shutil.copytree(tiny_fp32, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"use_cache": "yes"}))
+    line = _refused(capsys, ["verify", "--model", str(model), *CPU, "--steps", "2"])
+    assert line.startswith(f"error: transformers cannot load {model}: ")
+    assert "use_cache" in line
+
+
 def test_triton_on_the_cpu_names_the_numpy_it_needs(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

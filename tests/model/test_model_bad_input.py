@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,3 +157,65 @@ def test_random_under_proc_in_a_fresh_process_is_one_line(tmp_path: Path) -> Non
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_info_on_a_config_claiming_a_billion_layers_fails_at_once(
+    capsys: pytest.CaptureFixture[str], tiny_copy: Path
+) -> None:
+    config = json.loads((tiny_copy / "config.json").read_text())
+    (tiny_copy / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 10**9}))
+    assert _refused(capsys, ["model", "info", str(tiny_copy)]) == (
+        f"error: {tiny_copy / 'model.safetensors'}: missing tensor "
+        "'model.layers.2.input_layernorm.weight' (config.json describes 1000000000 layers; "
+        "the checkpoint holds 2)"
+    )
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _binary(path: Path) -> None:
+    path.write_bytes(b"\xff\xfe\x00\x01" * 64)
+
+
+@pytest.mark.parametrize(
+    ("name", "spoil", "message"),
+    [
+        ("config.json", _fifo, "config.json: not a regular file"),
+        ("config.json", _directory, "config.json: not a regular file"),
+        ("generation_config.json", _fifo, "generation_config.json: not a regular file"),
+        ("model.safetensors", _fifo, "model.safetensors: not a regular file"),
+        ("config.json", _binary, "config.json: not valid JSON ('utf-8' codec can't decode"),
+        ("generation_config.json", _binary, "generation_config.json: not valid JSON ('utf-8'"),
+        ("model.safetensors", _binary, "model.safetensors: corrupt header: header length"),
+    ],
+)
+def test_info_names_checkpoint_files_of_the_wrong_kind(
+    capsys: pytest.CaptureFixture[str],
+    tiny_copy: Path,
+    name: str,
+    spoil: Callable[[Path], None],
+    message: str,
+) -> None:
+    spoil(tiny_copy / name)
+    line = _refused(capsys, ["model", "info", str(tiny_copy)])  # a FIFO would block a reader
+    assert line.startswith(f"error: {tiny_copy / name.split('/')[0]}") and message in line
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"), [(_fifo, "not a regular file"), (_binary, "cannot load tokenizer")]
+)
+def test_generate_names_a_tokenizer_of_the_wrong_kind(
+    capsys: pytest.CaptureFixture[str], tiny_copy: Path, spoil: Callable[[Path], None], message: str
+) -> None:
+    spoil(tiny_copy / "tokenizer.json")
+    argv = ["generate", "--model", str(tiny_copy), "--prompt", "hi", "--device", "cpu"]
+    line = _refused(capsys, [*argv, "--ops", "torch"])
+    assert line.startswith(f"error: {tiny_copy / 'tokenizer.json'}: {message}")

@@ -98,6 +98,7 @@ def test_rope_parameters_win_over_top_level_theta() -> None:
         ({"rms_norm_eps": "tiny"}, "rms_norm_eps has the wrong type"),
         ({"torch_dtype": "int8"}, "unsupported dtype 'int8'"),
         ({"bos_token_id": -1}, "bos_token_id -1 is not a token id below vocab_size"),
+        ({"layer_types": ["full_attention"]}, "layer_types has 1 entries; num_hidden_layers is 28"),
         ({"rope_theta": float("inf")}, "rope_theta must be finite and > 0, got inf"),
         ({"rms_norm_eps": float("nan")}, "rms_norm_eps must be finite and > 0, got nan"),
         ({"rope_theta": 10**400}, "rope_theta is out of range for a float"),

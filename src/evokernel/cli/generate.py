@@ -93,7 +93,8 @@ def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import encode_prompt, load_engine, load_tokenizer
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import Qwen3Config, is_regular_file
+    from evokernel.model.tokenizer import TOKENIZER_FILE
     from evokernel.ops.sampling import SamplingParams
 
     model_dir = checked.existing_dir(args.model, "--model")
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     ops = resolve_ops(args)
     # The config alone bounds the prompt, the new tokens and top-k: checked before loading.
     cfg = Qwen3Config.from_dir(model_dir)
+    is_regular_file(model_dir / TOKENIZER_FILE)  # a FIFO or directory there is an error
     if top_k > cfg.vocab_size:
         raise ConfigError(f"--top-k must be <= the vocabulary size {cfg.vocab_size}, got {top_k}")
     if args.prompt_ids is not None:

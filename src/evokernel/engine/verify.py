@@ -88,10 +88,45 @@ def load_reference(model_dir: str | Path, device: str, dtype: torch.dtype) -> An
     except ImportError:
         raise EvokernelError("verify needs transformers (pip install 'evokernel[ref]')") from None
     hf_logging.disable_progress_bar()
-    model: Any = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype, attn_implementation="eager"
-    )
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(model_dir),
+            config=_reference_config(model_dir),
+            dtype=dtype,
+            attn_implementation="eager",
+        )
+    except Exception as err:  # it raises many kinds for checkpoints it refuses
+        # e.g. AssertionError for a pad_token_id outside the vocabulary, which our engine
+        # ignores; its validation errors span lines: keep them on one.
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise EvokernelError(
+            f"transformers cannot load {model_dir}: {type(err).__name__}: {text[:300]}"
+        ) from None
     return model.to(device).eval()
+
+
+def _reference_config(model_dir: str | Path) -> Any:
+    """transformers' config for `model_dir`, with token ids outside the vocabulary unset, as
+    `Qwen3Config` drops them (which warns once): a hub config on a small test vocabulary
+    otherwise stops transformers at a pad_token_id its embedding cannot hold. None of these
+    ids changes a logit."""
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its warnings about these ids repeat ours
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        vocab = config.vocab_size
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(config, key, None)
+            ids = value if isinstance(value, list) else [value]
+            kept = [i for i in ids if isinstance(i, int) and 0 <= i < vocab]
+            if kept != ids:
+                setattr(config, key, kept if isinstance(value, list) else None)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return config
 
 
 def reference_greedy(hf: Any, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:

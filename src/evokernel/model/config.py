@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -166,6 +168,12 @@ class Qwen3Config:
         layer_types = d.get("layer_types") or []
         if not isinstance(layer_types, list):
             raise CheckpointError(f"{source}: layer_types must be a list")
+        layers = d["num_hidden_layers"]
+        if layer_types and len(layer_types) != layers:  # transformers refuses it too
+            raise CheckpointError(
+                f"{source}: layer_types has {len(layer_types)} entries; "
+                f"num_hidden_layers is {layers!r}"
+            )
         for i, kind in enumerate(layer_types):
             if kind != "full_attention":
                 raise CheckpointError(
@@ -205,7 +213,7 @@ class Qwen3Config:
         if not Path(model_dir).is_dir():
             raise CheckpointError(f"{model_dir}: not a directory")
         path = Path(model_dir) / "config.json"
-        if not path.is_file():
+        if not is_regular_file(path):
             raise CheckpointError(f"{model_dir}: no config.json")
         cfg, dropped = cls._parse(read_json_object(path), source=str(path))
         notes = [f"{path.name} {note}" for note in dropped]
@@ -275,10 +283,25 @@ def _fields(
 def read_generation_eos(model_dir: str | Path) -> tuple[int, ...]:
     """`eos_token_id` of `model_dir/generation_config.json` (empty when the file is absent)."""
     path = Path(model_dir) / GENERATION_CONFIG
-    if not path.is_file():
+    if not is_regular_file(path):
         return ()
     data = read_json_object(path)
     return _token_ids(data.get("eos_token_id"), str(path))
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether a regular file is at `path` (False when nothing is). Anything else there (a
+    directory, a FIFO, which would block its reader, a device) is a one-line CheckpointError,
+    not "missing"."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{path}: not a regular file")
+    return True
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

@@ -170,10 +170,13 @@ class TensorMap:
 
     def __init__(self, header: Header) -> None:
         self.header = header
-        with header.path.open("rb") as f:
-            # ACCESS_COPY: private and writable, so torch.frombuffer needs no read-only warning;
-            # nothing writes to it, so no page is ever copied.
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        try:
+            with header.path.open("rb") as f:
+                # ACCESS_COPY: private and writable, so torch.frombuffer needs no read-only
+                # warning; nothing writes to it, so no page is ever copied.
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError) as err:  # gone since its header was read, or unmappable
+            raise CheckpointError(f"{header.path}: cannot map ({err})") from None
 
     def view(self, name: str) -> torch.Tensor:
         e = self.header.tensors[name]
