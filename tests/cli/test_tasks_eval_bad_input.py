@@ -8,23 +8,14 @@ from pathlib import Path
 
 import numpy
 import pytest
-
-from evokernel.cli import main
+from cli_checks import refused
 
 TASK = "gqa_decode_attention"
 SEED = Path(__file__).parents[2] / "src/evokernel/tasks/gqa_decode_attention/seed.py"
 
 
-def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code == 2, (argv, out, err)
-    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
-    return err.strip()
-
-
 def test_tasks_refuses_an_empty_name(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _refused(capsys, ["tasks", ""]) == (
+    assert refused(capsys, ["tasks", ""]) == (
         "error: empty task name (omit NAME to list every task)"
     )
 
@@ -35,17 +26,17 @@ def test_eval_refuses_candidates_that_are_not_readable_text_files(
     fifo, binary = tmp_path / "fifo.py", tmp_path / "binary.py"
     os.mkfifo(fifo)
     binary.write_bytes(b"\xff\xfe\x00def attention(): pass\n")
-    assert _refused(capsys, ["eval", TASK, ""]) == "error: CANDIDATE: empty path"
-    assert _refused(capsys, ["eval", TASK, str(tmp_path)]) == (
+    assert refused(capsys, ["eval", TASK, ""]) == "error: CANDIDATE: empty path"
+    assert refused(capsys, ["eval", TASK, str(tmp_path)]) == (
         f"error: CANDIDATE: {tmp_path} is a directory, not a regular file"
     )
-    assert _refused(capsys, ["eval", TASK, str(fifo)]) == (
+    assert refused(capsys, ["eval", TASK, str(fifo)]) == (
         f"error: CANDIDATE: {fifo} is a FIFO, not a regular file"
     )
-    assert _refused(capsys, ["eval", TASK, str(tmp_path / "none.py")]) == (
+    assert refused(capsys, ["eval", TASK, str(tmp_path / "none.py")]) == (
         f"error: CANDIDATE: no such file: {tmp_path / 'none.py'}"
     )
-    assert _refused(capsys, ["eval", TASK, str(binary)]).startswith(
+    assert refused(capsys, ["eval", TASK, str(binary)]).startswith(
         f"error: cannot read candidate {binary}: 'utf-8' codec can't decode byte 0xff"
     )
 
@@ -68,14 +59,14 @@ def test_eval_refuses_bad_options(
     capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     argv = ["eval", TASK, str(SEED), "--device", "cpu", "--no-time", *extra]
-    assert _refused(capsys, argv).startswith(f"error: {message}")
+    assert refused(capsys, argv).startswith(f"error: {message}")
 
 
 def test_eval_on_the_cpu_names_the_numpy_the_interpreter_needs(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(numpy, "__version__", "2.4.0")
-    assert _refused(capsys, ["eval", TASK, str(SEED), "--device", "cpu"]) == (
+    assert refused(capsys, ["eval", TASK, str(SEED), "--device", "cpu"]) == (
         "error: Triton kernels on the CPU run under Triton's interpreter, which needs "
         "numpy<2.4; numpy 2.4.0 is installed: pip install 'numpy<2.4'"
     )

@@ -115,22 +115,22 @@ def name_list(text: str, flag: str) -> tuple[str, ...]:
 
 def existing_dir(path: str | Path, flag: str) -> Path:
     """An existing directory we may list."""
-    p = _path(path, flag)
-    mode = _stat(p, flag, "directory")
-    if not stat.S_ISDIR(mode):
-        raise ConfigError(f"{flag}: {p} is {_kind(mode)}, not a directory")
-    if not os.access(p, os.R_OK | os.X_OK):
-        raise ConfigError(f"{flag}: {p}: permission denied")
-    return p
+    return _existing(path, flag, "directory")
 
 
 def regular_file(path: str | Path, flag: str) -> Path:
     """An existing regular file we may read (never opened here: a FIFO would block)."""
+    return _existing(path, flag, "file")
+
+
+def _existing(path: str | Path, flag: str, what: str) -> Path:
     p = _path(path, flag)
-    mode = _stat(p, flag, "file")
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{flag}: {p} is {_kind(mode)}, not a regular file")
-    if not os.access(p, os.R_OK):
+    mode = _stat(p, flag, what)
+    directory = what == "directory"
+    if not (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
+        kind = "a directory" if directory else "a regular file"
+        raise ConfigError(f"{flag}: {p} is {_kind(mode)}, not {kind}")
+    if not os.access(p, os.R_OK | os.X_OK if directory else os.R_OK):
         raise ConfigError(f"{flag}: {p}: permission denied")
     return p
 

@@ -13,20 +13,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
-from model_helpers import edit_tensors
-from safetensors.torch import load_file
+from cli_checks import copy_with_config, refused, set_value
 
 from evokernel.cli import main
 from evokernel.model import random as random_ckpt
 
 
-def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code == 2, (argv, out, err)
-    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
-    return err.strip()
+@pytest.fixture
+def tiny_copy(tiny_fp32: Path, tmp_path: Path) -> Path:
+    """A copy of the tiny checkpoint the test may spoil."""
+    return copy_with_config(tiny_fp32, tmp_path / "ckpt")
 
 
 def _random(out: str, *extra: str) -> list[str]:
@@ -38,15 +34,15 @@ def test_random_refuses_output_paths_it_cannot_create(
 ) -> None:
     file = tmp_path / "file"
     file.write_text("x")
-    assert _refused(capsys, _random("")) == "error: OUT_DIR: empty path"
-    assert _refused(capsys, _random(str(file / "sub"))) == (
+    assert refused(capsys, _random("")) == "error: OUT_DIR: empty path"
+    assert refused(capsys, _random(str(file / "sub"))) == (
         f"error: OUT_DIR: {file / 'sub'} lies under {file}, which is a regular file, "
         "not a directory"
     )
-    assert _refused(capsys, _random(str(file))) == (
+    assert refused(capsys, _random(str(file))) == (
         f"error: OUT_DIR: {file} exists and is a regular file, not a directory"
     )
-    assert "/proc/x" in _refused(capsys, _random("/proc/x"))  # /proc takes no new directories
+    assert "/proc/x" in refused(capsys, _random("/proc/x"))  # /proc takes no new directories
 
 
 @pytest.mark.parametrize(
@@ -69,7 +65,7 @@ def test_random_refuses_bad_numbers_before_writing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str], message: str
 ) -> None:
     out = tmp_path / "ckpt"
-    assert _refused(capsys, _random(str(out), *extra)).startswith(f"error: {message}")
+    assert refused(capsys, _random(str(out), *extra)).startswith(f"error: {message}")
     assert not out.exists()
 
 
@@ -77,7 +73,7 @@ def test_random_refuses_a_checkpoint_larger_than_the_free_disk(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(random_ckpt.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
-    assert _refused(capsys, _random(str(tmp_path / "c"))) == (
+    assert refused(capsys, _random(str(tmp_path / "c"))) == (
         f"error: {tmp_path / 'c'}: the checkpoint takes 0.000312 GB; the disk has 1e-06 GB free"
     )
 
@@ -96,7 +92,7 @@ def test_a_failed_write_is_one_line_and_leaves_no_partial_file(
 
     monkeypatch.setattr(random_ckpt, "_random_tensor", fill_the_disk)
     out = tmp_path / "c"
-    assert _refused(capsys, _random(str(out))) == (
+    assert refused(capsys, _random(str(out))) == (
         f"error: {out}: cannot write the checkpoint (No space left on device)"
     )
     assert sorted(p.name for p in out.iterdir()) == []
@@ -106,13 +102,9 @@ def test_a_failed_write_is_one_line_and_leaves_no_partial_file(
 
 def test_info_names_non_finite_tensors(capsys: pytest.CaptureFixture[str], tiny_copy: Path) -> None:
     weights = tiny_copy / "model.safetensors"
-    tensors = load_file(weights)
-    up = tensors["model.layers.0.mlp.up_proj.weight"].clone()
-    up[3, 4] = float("nan")
-    norm = tensors["model.norm.weight"].clone()
-    norm[0] = float("-inf")
-    edit_tensors(weights, model__layers__0__mlp__up_proj__weight=up, model__norm__weight=norm)
-    assert _refused(capsys, ["model", "info", str(tiny_copy)]) == (
+    set_value(weights, "model.layers.0.mlp.up_proj.weight", float("nan"))
+    set_value(weights, "model.norm.weight", float("-inf"))
+    assert refused(capsys, ["model", "info", str(tiny_copy)]) == (
         f"error: {weights}: tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or Inf "
         "(and 1 more: model.norm.weight)"
     )
@@ -130,10 +122,8 @@ def test_info_checks_values_of_sharded_and_untied_checkpoints(
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["values_checked"] is True
     index = json.loads((out / "model.safetensors.index.json").read_text())
     shard = out / index["weight_map"]["lm_head.weight"]
-    tensors = load_file(shard)
-    tensors["lm_head.weight"] = torch.full_like(tensors["lm_head.weight"], float("inf"))
-    edit_tensors(shard, lm_head__weight=tensors["lm_head.weight"])
-    assert _refused(capsys, ["model", "info", str(out)]) == (
+    set_value(shard, "lm_head.weight", float("inf"), index=-1)
+    assert refused(capsys, ["model", "info", str(out)]) == (
         f"error: {shard}: tensor 'lm_head.weight' holds NaN or Inf"
     )
 
@@ -143,8 +133,8 @@ def test_info_refuses_paths_that_are_not_directories(
 ) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert _refused(capsys, ["model", "info", ""]) == "error: DIR: empty path"
-    assert _refused(capsys, ["model", "info", str(fifo)]) == (
+    assert refused(capsys, ["model", "info", ""]) == "error: DIR: empty path"
+    assert refused(capsys, ["model", "info", str(fifo)]) == (
         f"error: DIR: {fifo} is a FIFO, not a directory"
     )
 
@@ -160,12 +150,11 @@ def test_random_under_proc_in_a_fresh_process_is_one_line(tmp_path: Path) -> Non
 
 
 def test_info_on_a_config_claiming_a_billion_layers_fails_at_once(
-    capsys: pytest.CaptureFixture[str], tiny_copy: Path
+    capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
-    config = json.loads((tiny_copy / "config.json").read_text())
-    (tiny_copy / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 10**9}))
-    assert _refused(capsys, ["model", "info", str(tiny_copy)]) == (
-        f"error: {tiny_copy / 'model.safetensors'}: missing tensor "
+    model = copy_with_config(tiny_fp32, tmp_path / "m", num_hidden_layers=10**9)
+    assert refused(capsys, ["model", "info", str(model)]) == (
+        f"error: {model / 'model.safetensors'}: missing tensor "
         "'model.layers.2.input_layernorm.weight' (config.json describes 1000000000 layers; "
         "the checkpoint holds 2)"
     )
@@ -205,7 +194,7 @@ def test_info_names_checkpoint_files_of_the_wrong_kind(
     message: str,
 ) -> None:
     spoil(tiny_copy / name)
-    line = _refused(capsys, ["model", "info", str(tiny_copy)])  # a FIFO would block a reader
+    line = refused(capsys, ["model", "info", str(tiny_copy)])  # a FIFO would block a reader
     assert line.startswith(f"error: {tiny_copy / name.split('/')[0]}") and message in line
 
 
@@ -217,5 +206,5 @@ def test_generate_names_a_tokenizer_of_the_wrong_kind(
 ) -> None:
     spoil(tiny_copy / "tokenizer.json")
     argv = ["generate", "--model", str(tiny_copy), "--prompt", "hi", "--device", "cpu"]
-    line = _refused(capsys, [*argv, "--ops", "torch"])
+    line = refused(capsys, [*argv, "--ops", "torch"])
     assert line.startswith(f"error: {tiny_copy / 'tokenizer.json'}: {message}")

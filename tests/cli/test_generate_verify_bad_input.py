@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy
 import pytest
-from safetensors.torch import load_file, save_file
+from cli_checks import copy_with_config, refused, set_value
 
 from evokernel.cli import main
 from evokernel.engine import verify as verify_module
 from evokernel.model.random import write_random_checkpoint
 
 CPU = ("--device", "cpu", "--ops", "torch")
-
-
-def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI; assert exit 2, nothing on stdout, one `error:` line; return that line."""
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code == 2, (argv, out, err)
-    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
-    return err.strip()
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +69,7 @@ def _gen(model: Path, *extra: str) -> list[str]:
 def test_generate_refuses_bad_numbers(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, extra: list[str], message: str
 ) -> None:
-    assert _refused(capsys, _gen(tiny_fp32, *extra)).startswith(f"error: {message}")
+    assert refused(capsys, _gen(tiny_fp32, *extra)).startswith(f"error: {message}")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +87,7 @@ def test_generate_refuses_malformed_prompt_ids(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, ids: str, message: str
 ) -> None:
     argv = ["generate", "--model", str(tiny_fp32), "--prompt-ids", ids, *CPU]
-    assert _refused(capsys, argv).startswith(f"error: {message}")
+    assert refused(capsys, argv).startswith(f"error: {message}")
 
 
 def test_generate_refuses_a_model_path_that_is_not_a_directory(
@@ -114,28 +104,28 @@ def test_generate_refuses_a_model_path_that_is_not_a_directory(
     ]
     for model, message in cases:
         argv = ["generate", "--model", model, "--prompt-ids", "1", *CPU]
-        assert _refused(capsys, argv) == message
+        assert refused(capsys, argv) == message
 
 
 def test_verify_checks_steps_against_positions_before_any_reference_runs(
     capsys: pytest.CaptureFixture[str], short_context: Path, no_reference: None
 ) -> None:
     base = ["verify", "--model", str(short_context), *CPU]
-    assert _refused(capsys, [*base, "--steps", "40"]) == (
+    assert refused(capsys, [*base, "--steps", "40"]) == (
         "error: --steps 40: the 16-token prompt + 40 exceeds the model's 32 positions"
     )
-    assert _refused(capsys, [*base, "--steps", "100000000"]) == (
+    assert refused(capsys, [*base, "--steps", "100000000"]) == (
         "error: --steps 100000000: the 16-token prompt + 100000000 exceeds the model's 32 positions"
     )
-    assert _refused(capsys, [*base, "--steps", "30", "--prompt-ids", "1,2,3"]) == (
+    assert refused(capsys, [*base, "--steps", "30", "--prompt-ids", "1,2,3"]) == (
         "error: --steps 30: the 3-token prompt + 30 exceeds the model's 32 positions"
     )
-    assert _refused(capsys, [*base, "--steps", "0"]) == "error: --steps must be >= 1, got 0"
-    assert _refused(capsys, [*base, "--prompt-ids", ""]) == "error: --prompt-ids: no values given"
-    assert _refused(capsys, [*base, "--threshold", "nan"]) == (
+    assert refused(capsys, [*base, "--steps", "0"]) == "error: --steps must be >= 1, got 0"
+    assert refused(capsys, [*base, "--prompt-ids", ""]) == "error: --prompt-ids: no values given"
+    assert refused(capsys, [*base, "--threshold", "nan"]) == (
         "error: --threshold must be a finite number, got 'nan'"
     )
-    assert _refused(capsys, [*base, "--threshold", "-1"]) == (
+    assert refused(capsys, [*base, "--threshold", "-1"]) == (
         "error: --threshold must be >= 0, got -1"
     )
 
@@ -149,20 +139,13 @@ def test_verify_runs_right_up_to_the_last_position(
     assert record["steps"] == 16 and record["prompt_len"] == 16 and record["passed"]
 
 
-def _poison(src: Path, dst: Path, name: str, value: float) -> Path:
-    shutil.copytree(src, dst)
-    tensors = load_file(dst / "model.safetensors")
-    tensors[name].view(-1)[5] = value
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
-
-
 def test_generate_refuses_non_finite_weights(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
     up = "model.layers.1.mlp.up_proj.weight"
-    bad = _poison(tiny_fp32, tmp_path / "nan", up, float("nan"))
-    assert _refused(capsys, _gen(bad)) == (
+    bad = copy_with_config(tiny_fp32, tmp_path / "nan")
+    set_value(bad / "model.safetensors", up, float("nan"))
+    assert refused(capsys, _gen(bad)) == (
         f"error: {bad / 'model.safetensors'}: tensor {up!r} holds NaN or Inf"
     )
 
@@ -171,9 +154,10 @@ def test_generate_refuses_weights_that_overflow_the_load_dtype(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
     norm = "model.norm.weight"
-    big = _poison(tiny_fp32, tmp_path / "big", norm, 1e6)  # finite in float32, inf in float16
+    big = copy_with_config(tiny_fp32, tmp_path / "big")
+    set_value(big / "model.safetensors", norm, 1e6)  # finite in float32, inf in float16
     where = big / "model.safetensors"
-    assert _refused(capsys, _gen(big, "--dtype", "float16")) == (
+    assert refused(capsys, _gen(big, "--dtype", "float16")) == (
         f"error: {where}: tensor {norm!r} overflows float16 (finite in the file)"
     )
 
@@ -181,11 +165,8 @@ def test_generate_refuses_weights_that_overflow_the_load_dtype(
 def test_generate_drops_hub_token_ids_outside_a_small_vocabulary(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
-    model = tmp_path / "hub"
-    shutil.copytree(tiny_fp32, model)
-    config = json.loads((model / "config.json").read_text())
-    config |= {"bos_token_id": 151643, "eos_token_id": 151645}  # Qwen3-0.6B's, vocab 151936
-    (model / "config.json").write_text(json.dumps(config))
+    # Qwen3-0.6B's ids (vocabulary 151936)
+    model = copy_with_config(tiny_fp32, tmp_path / "hub", bos_token_id=151643, eos_token_id=151645)
     assert main(_gen(model, "--max-new-tokens", "3", "--json")) == 0
     out, err = capsys.readouterr()
     assert len(json.loads(out.strip().splitlines()[-1])["tokens"]) == 3
@@ -200,11 +181,8 @@ def test_verify_checks_a_hub_config_on_a_small_vocabulary(
 ) -> None:
     """Qwen3's bos/eos/pad ids on a 512-token vocabulary: transformers' embedding would refuse
     the pad id; both sides drop the ids, and one warning says so."""
-    model = tmp_path / "hub"
-    shutil.copytree(tiny_fp32, model)
-    config = json.loads((model / "config.json").read_text())
-    config |= {"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643}
-    (model / "config.json").write_text(json.dumps(config))
+    ids = {"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643}
+    model = copy_with_config(tiny_fp32, tmp_path / "hub", **ids)
     argv = ["verify", "--model", str(model), *CPU, "--steps", "3", "--json"]
     assert main(argv) == 0
     out, err = capsys.readouterr()
@@ -218,11 +196,8 @@ def test_verify_checks_a_hub_config_on_a_small_vocabulary(
 def test_verify_reports_a_config_transformers_refuses_in_one_line(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
-    model = tmp_path / "strict"
-    shutil.copytree(tiny_fp32, model)
-    config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps(config | {"use_cache": "yes"}))
-    line = _refused(capsys, ["verify", "--model", str(model), *CPU, "--steps", "2"])
+    model = copy_with_config(tiny_fp32, tmp_path / "strict", use_cache="yes")
+    line = refused(capsys, ["verify", "--model", str(model), *CPU, "--steps", "2"])
     assert line.startswith(f"error: transformers cannot load {model}: ")
     assert "use_cache" in line
 
@@ -237,7 +212,7 @@ def test_triton_on_the_cpu_names_the_numpy_it_needs(
     )
     for verb in (_gen(tiny_fp32), ["verify", "--model", str(tiny_fp32), *CPU]):
         argv = [*verb[:-1], "triton"]  # --ops triton
-        assert _refused(capsys, argv) == message
+        assert refused(capsys, argv) == message
     monkeypatch.setattr(numpy, "__version__", "2.3.5")
     assert main(_gen(tiny_fp32, "--max-new-tokens", "1")) == 0  # torch ops never need it
 
