@@ -2,7 +2,7 @@
 
 evokernel generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N
     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--device cuda|cpu]
-    [--dtype D] [--ops torch|triton] [--no-graph] [--json]
+    [--dtype D] [--ops torch|triton] [--no-pdl] [--no-graph] [--json]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """--device, --dtype, --ops: shared by generate and verify."""
+    """--device, --dtype, --ops, --no-pdl: shared by generate and verify."""
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
     )
@@ -67,6 +67,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="op implementations: our Triton kernels and task seeds, or torch (default: triton "
         "on CUDA; torch on the CPU, where Triton runs only under its slow interpreter)",
+    )
+    p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="launch the Triton decode kernels without programmatic dependent launch (on by "
+        "default on sm_90+ GPUs; this measures what it buys)",
     )
 
 
@@ -117,7 +123,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         prompt = encode_prompt(model_dir, args.prompt)
     cfg.check_tokens(prompt, max_new, "--max-new-tokens")
-    model = load_engine(model_dir, args.device, args.dtype, ops, max_seq_len=len(prompt) + max_new)
+    model = load_engine(
+        model_dir,
+        args.device,
+        args.dtype,
+        ops,
+        max_seq_len=len(prompt) + max_new,
+        pdl=False if args.no_pdl else None,
+    )
     options = GenerateOptions(
         max_new_tokens=max_new,
         sampling=sampling,

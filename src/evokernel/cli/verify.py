@@ -1,7 +1,8 @@
 """`evokernel verify`: compare the engine with transformers, step by step (engine/verify.py).
 
-    evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D] [--ops torch|triton]
-        [--prompt-ids 1,2,3] [--threshold X] [--fp32-ref | --no-fp32-ref] [--json]
+    evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D]
+        [--ops torch|triton] [--no-pdl] [--prompt-ids 1,2,3] [--threshold X]
+        [--fp32-ref | --no-fp32-ref] [--json]
 
 Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
 bf16/fp16 as close to the float32 model as transformers itself); 1 with a one-line reason
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         prompt=prompt,
         threshold=threshold,
         fp32_reference=args.fp32_ref,
+        pdl=False if args.no_pdl else None,
     )
     print(
         f"{result.steps} steps after a {result.prompt_len}-token prompt, {result.device} "

@@ -7,15 +7,16 @@ decodes at its own position). The first new token comes from the prefill logits;
 step adds one more per sequence. A sequence stops after emitting an EOS id (kept in its
 tokens) and the loop stops when all have, or after `max_new_tokens`.
 
-Timing: on CUDA everything that compiles or captures (Triton JIT, the CUDA graph, cuBLAS
+Timing: on CUDA everything that compiles or captures (Triton JIT, the CUDA graphs, cuBLAS
 heuristics, one untimed prefill of the same shape) happens first and is reported as
-`warmup_ms`. `prefill_ms` covers prefill plus choosing the first token; `decode_ms` covers the
-decode loop, measured with CUDA events and cross-checked with a synchronized host clock
-(`decode_wall_ms`). On CUDA the loop reads tokens back for the EOS check only every
-`eos_check_every` steps (each read is a host sync), so it may run up to that many steps past
-the last EOS; those steps are timed and counted in `decode_steps`, their tokens discarded.
-`decode_tok_s` = B * decode_steps / decode time. On CPU, figures are interpreter/eager timings,
-not speed.
+`warmup_ms`; the model keeps its decode runner (cache and graphs, engine/graph.py
+`runner_for`), so a later call that fits it pays only the prefill warm-up. `prefill_ms` covers
+prefill plus choosing the first token; `decode_ms` covers the decode loop, measured with CUDA
+events and cross-checked with a synchronized host clock (`decode_wall_ms`). On CUDA the loop
+reads tokens back for the EOS check only every `eos_check_every` steps (each read is a host
+sync), so it may run up to that many steps past the last EOS; those steps are timed and counted
+in `decode_steps`, their tokens discarded. `decode_tok_s` = B * decode_steps / decode time. On
+CPU, figures are interpreter/eager timings, not speed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evokernel.engine.graph import DecodeRunner
+from evokernel.engine.graph import runner_for
 from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import GREEDY, SamplingParams
@@ -130,8 +131,8 @@ def generate(
 
     with torch.inference_mode():
         clock.start()
-        cache = model.new_cache(B, need)
-        runner = DecodeRunner(model, cache, use_graph=use_graph, greedy=params.greedy)
+        runner = runner_for(model, B, need, use_graph=use_graph, greedy=params.greedy)
+        cache = runner.cache
         if cuda:
             model.prefill(ids, lengths, cache)  # untimed: compiles the prefill path
         warmup_ms, _ = clock.stop()
@@ -142,13 +143,13 @@ def generate(
 
         out = [first]
         done = torch.isin(first, eos).cpu()
-        runner.start(first, lengths.to(torch.int32))
+        runner.start(first, lengths.to(torch.int32), longest=T)
         steps = 0
         clock.start()
         while steps < options.max_new_tokens - 1 and not bool(done.all()):
             logits = runner.step()
             steps += 1
-            if params.greedy:
+            if logits is None:  # greedy: the step wrote the next tokens
                 nxt = runner.tokens.clone()
             else:
                 nxt = model.ops.sample(logits, params, generator)

@@ -171,9 +171,11 @@ def engine_forced(
         logits = [
             model.prefill(ids, torch.tensor([L], device=dev), cache)[0].to("cpu", torch.float64)
         ]
-        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev))
+        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev), L + 1)
         for i in range(1, len(tokens)):
-            logits.append(runner.step()[0].to("cpu", torch.float64))
+            step = runner.step()
+            assert step is not None, "a sampling runner returns logits"
+            logits.append(step[0].to("cpu", torch.float64))
             runner.feed(torch.tensor(tokens[i : i + 1], device=dev))
     return torch.stack(logits), runner.uses_graph
 
@@ -265,6 +267,7 @@ def verify(
     prompt: list[int] | None = None,
     threshold: float | None = None,
     fp32_reference: bool | None = None,
+    pdl: bool | None = None,
 ) -> VerifyResult:
     """Load the engine and transformers from `model_dir` and compare them (see module doc).
 
@@ -274,7 +277,7 @@ def verify(
     cfg = Qwen3Config.from_dir(model_dir)
     ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
     cfg.check_tokens(ids, steps, "--steps")
-    model = load_engine(model_dir, device, dtype, ops, max_seq_len=len(ids) + steps)
+    model = load_engine(model_dir, device, dtype, ops, max_seq_len=len(ids) + steps, pdl=pdl)
     dev = model.device.type
     hf = load_reference(model_dir, dev, model.dtype)
     want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference
