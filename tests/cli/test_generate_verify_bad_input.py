@@ -150,6 +150,27 @@ def test_generate_refuses_non_finite_weights(
     )
 
 
+@pytest.mark.gpu
+def test_the_finite_check_runs_on_the_gpu(
+    capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
+) -> None:
+    up, norm = "model.layers.1.mlp.up_proj.weight", "model.norm.weight"
+    bad = copy_with_config(tiny_fp32, tmp_path / "inf")
+    set_value(bad / "model.safetensors", up, float("inf"))
+    set_value(bad / "model.safetensors", norm, float("nan"))
+    argv = ["generate", "--model", str(bad), "--prompt-ids", "1,2", "--device", "cuda"]
+    where = bad / "model.safetensors"
+    assert refused(capsys, argv) == (
+        f"error: {where}: tensor {up!r} holds NaN or Inf (and 1 more: {norm})"
+    )
+    big = copy_with_config(tiny_fp32, tmp_path / "big")
+    set_value(big / "model.safetensors", norm, 1e6)
+    where = big / "model.safetensors"
+    assert refused(capsys, [*argv[:2], str(big), *argv[3:], "--dtype", "float16"]) == (
+        f"error: {where}: tensor {norm!r} overflows float16 (finite in the file)"
+    )
+
+
 def test_generate_refuses_weights_that_overflow_the_load_dtype(
     capsys: pytest.CaptureFixture[str], tiny_fp32: Path, tmp_path: Path
 ) -> None:
