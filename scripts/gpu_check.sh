@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh                      all sections
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
-# Sections: env tests engine stages evaluator evolve. Each writes JSON and a log under $OUT
+# Sections: env tests engine stages evaluator evolve, and bench (the decode benchmark's full
+# suite, about 6 minutes; not in the default list). Each writes JSON and a log under $OUT
 # (./out when unset); one failing section does not stop the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
@@ -46,7 +47,8 @@ for s in "${sections[@]}"; do
               --model "$CKPT" --out "$OUT/decode_stages.json" ;;
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
-    *) echo "unknown section $s (env tests engine stages evaluator evolve)"; exit 2 ;;
+    bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
+    *) echo "unknown section $s (env tests engine stages evaluator evolve bench)"; exit 2 ;;
   esac
 done
 $PY scripts/gpu/summary.py "$OUT"

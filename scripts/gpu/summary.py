@@ -59,6 +59,17 @@ def main(out: Path) -> None:
     if evo and "table" in evo:
         for row in evo["table"]:
             print("  " + row)
+    for suite in ("quick", "full"):
+        bench = _load(out / f"bench_decode_{suite}.json")
+        if bench:
+            print(f"  bench decode ({suite}): tok/s (% of floor) by position")
+            for r in bench.get("results", []):
+                figure = (
+                    f"error: {r['error']}"
+                    if r.get("error")
+                    else f"{r['tok_s']:.1f} tok/s ({r['pct_floor']:.1f}%)"
+                )
+                print(f"    {r['system']:<11} {r['position']:>6}  {figure}")
 
 
 if __name__ == "__main__":
