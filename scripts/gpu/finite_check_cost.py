@@ -74,10 +74,10 @@ def main() -> int:
         f"finite check on {model.name}: {record['tensors']} tensors, "
         f"{record['weight_bytes'] / 1e9:.3f} GB {dtype} on {args.device} {record['gpu'] or ''}"
     )
-    print(f"  load (cold, warm)   {loads[0]:.2f} s, {loads[1]:.2f} s")
+    print(f"  load (first, second) {loads[0]:.2f} s, {loads[1]:.2f} s")
     print(
         f"  check, median of {args.reps}  {record['check_ms_median']:.2f} ms "
-        f"({100 * record['check_share_of_load']:.2f}% of the warm load)"
+        f"({100 * record['check_share_of_load']:.2f}% of the faster load)"
     )
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
