@@ -48,6 +48,8 @@ class GenerateOptions:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed < 2**63:  # what every torch generator takes, without aliasing
+            raise ConfigError(f"--seed must be in [0, 2**63), got {self.seed}")
 
 
 @dataclass
@@ -107,21 +109,13 @@ def generate(
 ) -> GenerateResult:
     """Generate for each prompt (token ids); `tokenizer` fills `text` with the new tokens."""
     dev = model.device
-    vocab = model.cfg.vocab_size
-    if not prompts or any(not p for p in prompts):
+    if not prompts:
         raise ConfigError("every prompt needs at least one token")
     for p in prompts:
-        bad = [t for t in p if not 0 <= t < vocab]
-        if bad:
-            raise ConfigError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        model.cfg.check_tokens(p, options.max_new_tokens, "--max-new-tokens", model.max_seq_len)
     B, lens = len(prompts), [len(p) for p in prompts]
     T = max(lens)
     need = T + options.max_new_tokens
-    if need > model.max_seq_len:
-        raise ConfigError(
-            f"prompt ({T}) + max new tokens ({options.max_new_tokens}) exceeds the model's "
-            f"{model.max_seq_len} positions"
-        )
     cuda = dev.type == "cuda"
     use_graph = cuda if options.use_graph is None else options.use_graph
     check_every = options.eos_check_every or (16 if cuda else 1)
