@@ -14,8 +14,8 @@ from evokernel.errors import EvokernelError
 from evokernel.evolve.config import config_from_dict
 from evokernel.evolve.database import Program
 from evokernel.evolve.islands import Population, rank_key
-from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, Proposal
 from evokernel.evolve.session import Outcome, create_session, resume_session
+from evokernel.evolve.types import BudgetExceeded, MutationContext, Proposal
 
 
 def _cfg(**over):
@@ -111,7 +111,7 @@ def test_elites_never_lost_and_replaced_only_by_better(tmp_path):
 def test_duplicates_are_never_evaluated_twice(tmp_path):
     problem = FakeProblem()
     out, rows = _run(tmp_path / "r", _cfg(budget={"iterations": 30}), problem=problem)
-    from evokernel.evolve.mutators.base import code_digest
+    from evokernel.evolve.types import code_digest
 
     digests = [code_digest(c) for c in problem.evaluated]
     assert len(digests) == len(set(digests))
@@ -138,11 +138,11 @@ def test_same_seed_same_programs_in_the_same_order(tmp_path):
 class JitterProblem(FakeProblem):
     """Evaluations finish in a random order."""
 
-    def evaluate(self, code, *, slot=0):
+    def evaluate(self, code, **kwargs):
         import time
 
         time.sleep(random.random() * 0.03)
-        return super().evaluate(code, slot=slot)
+        return super().evaluate(code, **kwargs)
 
 
 class SlowMutator(KnobMutator):
@@ -267,7 +267,10 @@ def test_existing_run_dir_is_refused(tmp_path):
     _run(tmp_path / "r", _cfg(budget={"iterations": 1}))
     with pytest.raises(EvokernelError, match="--resume"):
         _run(tmp_path / "r", _cfg())
-    with pytest.raises(EvokernelError, match="no run to resume"):
+    with pytest.raises(EvokernelError, match="no such run directory"):
+        resume_session(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvokernelError, match="holds no run to resume"):
         resume_session(tmp_path / "empty")
 
 
