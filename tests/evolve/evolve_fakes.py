@@ -115,7 +115,7 @@ class FakeProblem:
         self.delay_s = delay_s
         self.screens = screens
         self.evaluated: list[str] = []
-        self.calls: list[dict[str, Any]] = []  # gpu, promote_above, thread of each evaluation
+        self.calls: list[dict[str, Any]] = []  # code, gpu, promote_above, thread of each call
         self._lock = threading.Lock()
 
     def job(self, code: str, promote_above: float | None = None) -> Any:
@@ -126,7 +126,7 @@ class FakeProblem:
     ) -> EvalResult:
         with self._lock:
             self.evaluated.append(code)
-            call = {"gpu": gpu, "promote_above": promote_above}
+            call = {"code": code, "gpu": gpu, "promote_above": promote_above}
             self.calls.append({**call, "thread": threading.current_thread().name})
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -172,6 +172,30 @@ def test_parallel_runs_are_deterministic(tmp_path):
         assert parent.visible_at <= p.iteration
 
 
+def test_rows_are_committed_in_iteration_order_whatever_finishes_first(tmp_path):
+    cfg = _cfg(seed=2, in_flight=4, evaluator={"workers": 4}, budget={"iterations": 16})
+    _, rows = _run(tmp_path / "r", cfg, problem=JitterProblem(), mutator=SlowMutator())
+    order = [p.iteration for p in rows if p.iteration >= 0 and not p.migrant]
+    assert order == list(range(16))
+
+
+class SameChildMutator(KnobMutator):
+    """Every island's first child is the same program."""
+
+    def propose(self, ctx: MutationContext) -> Proposal:
+        code = ctx.parent.code.replace("A = 1  #", "A = 2  #")
+        return Proposal(code=code, kind="test:same", description="A 1 -> 2")
+
+
+def test_reused_evaluations_are_counted(tmp_path):
+    problem = FakeProblem()
+    out, _ = _run(tmp_path / "r", _cfg(budget={"iterations": 3}), problem, SameChildMutator())
+    assert len(problem.evaluated) == 2  # the seed and the one child
+    assert out.summary.evaluated == 2 and out.summary.reused == 2
+    assert out.summary.duplicates == 0 and out.summary.rejected == 0
+    assert "2 evaluated (2 valid, 0 failed), 2 reused" in out.text()
+
+
 def test_resume_continues_exactly(tmp_path):
     _, straight = _run(tmp_path / "straight", _cfg(seed=5, budget={"iterations": 14}))
     _run(tmp_path / "split", _cfg(seed=5, budget={"iterations": 5}))

@@ -39,6 +39,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 
 from evokernel.errors import EvokernelError
+from evokernel.evaluate.result import reason_code
 from evokernel.evolve.backends.base import Backend, Evaluation
 from evokernel.evolve.cascade import SCREENED, is_screened, promote_threshold
 from evokernel.evolve.config import SearchConfig
@@ -60,6 +61,7 @@ from evokernel.evolve.types import (
 from evokernel.tasks import blocks
 
 SEED_ID = "seed"
+NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program
 FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
 # "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
 # LLM accounting (which also counts failed requests) refused or reached a limit.
@@ -136,6 +138,13 @@ class Controller:
         if SEED_ID not in self.db:
             code = self.problem.seed_code
             evaluation = self.backend.submit(self.problem, code).result()
+            codes = {reason_code(r) for r in evaluation.result.reasons}
+            if codes and codes <= NOT_THE_CANDIDATES:
+                # Nothing was learned about the seed: store nothing, so --resume retries it.
+                raise EvokernelError(
+                    "the seed could not be evaluated (not its fault): "
+                    + "; ".join(evaluation.result.reasons)[:500]
+                )
             seed = self._evaluated_row(
                 Program(
                     id=SEED_ID,

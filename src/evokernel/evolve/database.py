@@ -203,10 +203,14 @@ def _check_run_database(path: Path) -> set[str]:
                 raise NotARunDatabase(f"{path} is not a run database (no programs/meta tables)")
             columns = {r[1] for r in conn.execute("PRAGMA table_info(programs)")}
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            # Every page readable: a truncated file fails here, before anything writes to it.
+            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
         finally:
             conn.close()
     except sqlite3.Error as err:
         raise NotARunDatabase(f"{path} is not a readable run database ({err})") from None
+    if problem != "ok":
+        raise NotARunDatabase(f"{path} is damaged ({problem})")
     missing = {f.name for f in fields(Program)} - columns - set(_ADDED)
     if missing:
         raise NotARunDatabase(f"{path} is not a run database (no column {sorted(missing)[0]})")

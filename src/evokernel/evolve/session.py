@@ -204,6 +204,8 @@ def _with_flags(cfg: SearchConfig, req: Request) -> SearchConfig:
         data["backend"]["kind"] = req.backend
     if req.ray_address is not None:
         data["backend"]["address"] = req.ray_address
+        if data["backend"]["kind"] != "ray":
+            raise ConfigError("--ray-address is for the ray backend: add --backend ray")
     return config_from_dict(data)
 
 
@@ -369,12 +371,12 @@ def resume_session(
         elif problem.spec() != db.meta("problem"):
             raise ConfigError(f"{run.path} runs another problem: {db.meta('problem')}")
         space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
-    except BaseException:
-        db.close()
-        lock.close()
-        raise
-    owned = backend is None
-    try:
+        done = summarize(db).iterations_done
+        if iterations is not None and iterations < done:
+            raise ConfigError(
+                f"--iterations {iterations} is below the {done} iterations {run.path} has done"
+            )
+        owned = backend is None
         if backend is None:
             backend = open_backend(cfg, problem.device)
     except BaseException:
