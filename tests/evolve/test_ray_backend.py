@@ -218,3 +218,34 @@ def test_a_kernel_task_is_evaluated_through_ray(cluster, tmp_path):
     assert "correctness only" in done.stdout
     assert summary["task"] == "decode_linear"
     assert (out / "best.py").read_text() == get_task("decode_linear").seed_candidate.read_text()
+
+
+def test_a_worker_that_cannot_run_jobs_stops_the_run_with_one_line(cluster, toy):
+    """The generic evaluator differs on the worker (as on a node without the shared file):
+    re-queuing cannot help, so the evaluation fails with BackendError naming the cause."""
+    address, env = cluster
+    script = f"""
+from pathlib import Path
+from evokernel.evolve.backends.base import BackendError
+from evokernel.evolve.backends.raycluster import RayBackend
+from evokernel.evolve.config import config_from_dict
+from evokernel.evolve.generic import GenericProblem
+
+toy = Path({str(toy)!r})
+problem = GenericProblem.from_files(toy / "prog.py", toy / "ev.py", "cpu", config_from_dict({{}}))
+problem.evaluator_sha256 = "0" * 64
+backend = RayBackend("cpu", {address!r}, workers=1)
+print(backend.describe())
+try:
+    backend.submit(problem, (toy / "prog.py").read_text()).result(timeout=300)
+except BackendError as err:
+    print("BackendError:", err)
+finally:
+    backend.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert "1 node(s)" in done.stdout, done.stderr[-2000:]
+    assert "BackendError: a Ray worker cannot evaluate: JobError: the evaluator" in done.stdout
+    assert "ev.py on this worker differs from the run's" in done.stdout

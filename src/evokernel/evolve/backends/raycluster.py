@@ -216,6 +216,9 @@ class RayBackend:
         redone on --resume); the connection this backend opened is closed, and with it a
         local cluster it started."""
         self._closed = True
+        monitor = getattr(self, "_monitor", None)
+        if monitor is not None and monitor is not threading.current_thread():
+            monitor.join(timeout=5)  # out of ray.wait before Ray is shut down under it
         pending = getattr(self, "_pending", {})
         for ref in list(pending):
             # Already finished, or the cluster is gone: then there is nothing to stop.
