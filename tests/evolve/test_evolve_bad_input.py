@@ -82,9 +82,13 @@ def test_the_largest_target_starts_at_once(tmp_path):
         (["--seed", str(10**30)], "error: --seed must be in [0, 9223372036854775807]"),
         (["--ray-address", "10.0.0.1:6379"], "--ray-address is for the ray backend"),
         (["--out", "/proc/x"], "error: cannot create run directory /proc/x: "),
+        (["--backend", "ray", "--ray-address", "127.0.0.1:1"], "cannot reach the Ray cluster"),
+        (["--backend", "ray", "--ray-address", "nonsense"], "is not HOST:PORT, ray://HOST:PORT"),
     ],
 )
 def test_bad_flags_are_one_line(toy, capsys, extra, needle):
+    if "ray" in extra:
+        pytest.importorskip("ray")
     assert needle in _error(capsys, _evolve(toy, "--iterations", "1", *extra))
 
 

@@ -51,7 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "target",
     )
     p.add_argument("--out", type=Path, help="run directory (default runs/<task>-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out (only --iterations, --backend, --ray-address may change)",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when present")
     p.add_argument("--seed", type=int, help="seed of the search's random choices")
     p.add_argument(

@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -53,6 +54,23 @@ def import_ray() -> Any:
     except ImportError:
         raise BackendError(f"the ray backend needs Ray on this machine: {INSTALL}") from None
     return ray
+
+
+def probe(address: str | None, timeout_s: float = 10.0) -> None:
+    """Fail fast, in one line, when `address` ("HOST:PORT" or "ray://HOST:PORT") does not
+    answer: Ray itself keeps retrying an unreachable cluster for minutes."""
+    if not address or address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BackendError(f"Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise BackendError(
+            f"cannot reach the Ray cluster at {address}: {err.strerror or err}"
+        ) from None
 
 
 def _evaluate_remote(job_json: str) -> str:
@@ -90,6 +108,7 @@ class RayBackend:
         self.max_retries = max_retries
         self._owned = not ray.is_initialized()  # shut down at close only what we started
         if self._owned:
+            probe(address)
             try:
                 ray.init(
                     address=address,
