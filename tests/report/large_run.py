@@ -12,7 +12,7 @@ from timed_run import SCENARIOS, SEED, scripted_result
 
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.database import Database, Program
-from evokernel.evolve.mutators.base import code_digest
+from evokernel.evolve.types import code_digest
 from evokernel.tasks import blocks
 
 FAILS = [

@@ -27,8 +27,8 @@ from evokernel.evaluate.result import (
 )
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.config import config_from_dict
-from evokernel.evolve.mutators.base import MutationContext, Proposal
 from evokernel.evolve.session import create_session
+from evokernel.evolve.types import MutationContext, Proposal
 from evokernel.tasks import blocks
 
 SEED = '''"""A kernel-shaped toy: its knobs set its speed and, through MODE, its fate."""
