@@ -7,9 +7,10 @@ position gets a fresh, right-sized static cache whose tensors are marked
   * static addresses (`mark_static_address`): CUDA-graph replays read them in place rather
     than copying gigabytes of cache into graph-owned buffers each step; a new cache makes the
     graph re-record, which is cheap;
-  * dynamic in their length (`mark_dynamic(t, 2)`): one compile serves every cache length.
-    Dynamo's duck shaping is off while the step runs: it would give a cache of 128 positions
-    the symbol of the (static) head_dim 128 and refuse the dynamic mark.
+  * dynamic in their length where Dynamo agrees (`maybe_mark_dynamic(t, 2)`): one compile
+    serves every cache length. A hard `mark_dynamic` is refused by torch 2.11's Inductor when
+    the first cache is exactly head_dim (128) long; then the first length is compiled static
+    and the second compile is the dynamic one (`graphs_compiled` in the setup says which).
 
 Prefill runs eagerly (flash SDPA, cuBLAS GEMMs), as gpt-fast does unless told to compile it.
 gpt-fast also turns on Inductor's coordinate-descent tuning; we leave it off to bound compile
@@ -57,12 +58,7 @@ class GptFastSystem:
         return _Session(self, prompt, right_sized(need))
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
-        from torch.fx.experimental import _config as shape_config
-
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.no_grad())  # as gpt-fast runs it (not inference_mode)
-        stack.enter_context(shape_config.patch(use_duck_shape=False))
-        return stack
+        return torch.no_grad()  # as gpt-fast runs it (not inference_mode)
 
     def setup(self) -> dict[str, Any]:
         return {
@@ -89,7 +85,7 @@ class _Session:
         for t in self.cache.tensors():
             if system.cuda:
                 torch._dynamo.mark_static_address(t)
-            torch._dynamo.mark_dynamic(t, 2)
+            torch._dynamo.maybe_mark_dynamic(t, 2)
         self.ids = torch.tensor([prompt], device=dev)
         self.prompt_pos = torch.arange(len(prompt), device=dev)
         self.position = len(prompt)
