@@ -1,8 +1,10 @@
 """`evokernel eval TASK CANDIDATE.py [--device cuda|cpu] [--json] [--seed N] [--no-time]
-[--timeout S] [--scenarios A,B] [--no-static]`: evaluate one candidate.
+[--timeout S] [--scenarios A,B] [--no-static] [--allow-unsandboxed]`: evaluate one candidate.
 
-Prints one table row per public scenario (candidate and fastest-baseline medians, speedup with
-its 95% interval, % of the roofline, flags) and the reasons when the candidate fails. `--json`
+First says on stderr which OS isolation the candidate runs under (`sandbox: landlock v7, netns,
+...`); without Landlock and seccomp it refuses (exit 2) unless `--allow-unsandboxed`. Prints
+one table row per public scenario (candidate and fastest-baseline medians, speedup with its
+95% interval, % of the roofline, flags) and the reasons when the candidate fails. `--json`
 ends stdout with one JSON line: `EvalResult.to_dict()` (at least `task`, `correct`, `reasons`
 and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
 """
@@ -10,6 +12,7 @@ and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import sys
 
 ORDER = 60
 
@@ -27,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
     p.add_argument("--scenarios", default=None, help="comma-separated public scenarios")
     p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
+    p.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="evaluate even where the OS sandbox (Landlock + seccomp) is unavailable",
+    )
     p.set_defaults(func=run)
 
 
@@ -77,7 +85,7 @@ def render(result: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.evaluate import EvalOptions, evaluate
+    from evokernel.evaluate import EvalOptions, evaluate, isolation_status
 
     fields: dict[str, object] = {"seed": args.seed, "time": not args.no_time}
     if args.timeout is not None:
@@ -86,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         fields["scenarios"] = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
     if args.no_static:
         fields["static_check"] = False
+    if args.allow_unsandboxed:
+        fields["allow_unsandboxed"] = True
     options = EvalOptions(**fields)  # type: ignore[arg-type]
+    print(isolation_status().line, file=sys.stderr, flush=True)
     result = evaluate(args.task, args.candidate, device=args.device, options=options)
     print(render(result))
     if args.json:

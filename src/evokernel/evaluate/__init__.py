@@ -2,6 +2,7 @@
 
     from evokernel.evaluate import evaluate, evaluate_many, run_isolated, EvalOptions
 
+    isolation_status().line        # "sandbox: landlock v7, netns, pidns, ..., seccomp"
     result = evaluate("gqa_decode_attention", "cand.py", device="cuda")   # -> EvalResult
     results = evaluate_many(task, [src1, src2], device="cpu", workers=2)
     outcome = run_isolated("evaluator.py", "evaluate", ["prog.py"], timeout_s=60)
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from evokernel.evaluate.isolated import SandboxOutcome as SandboxOutcome
     from evokernel.evaluate.isolated import run_isolated as run_isolated
     from evokernel.evaluate.options import EvalOptions as EvalOptions
+    from evokernel.evaluate.process.policy import Isolation as Isolation
+    from evokernel.evaluate.process.policy import isolation_status as isolation_status
     from evokernel.evaluate.result import REASON_CODES as REASON_CODES
     from evokernel.evaluate.result import CheckRecord as CheckRecord
     from evokernel.evaluate.result import DeviceInfo as DeviceInfo
@@ -50,6 +53,8 @@ _EXPORTS = {
     "run_isolated": "isolated",
     "SandboxOutcome": "isolated",
     "EvalOptions": "options",
+    "Isolation": "process.policy",
+    "isolation_status": "process.policy",
     "REASON_CODES": "result",
     "CheckRecord": "result",
     "DeviceInfo": "result",

@@ -1,8 +1,9 @@
 """The evaluator's entry points: `evaluate` and `evaluate_many`.
 
 Only bad arguments raise (an unknown task or scenario, a missing candidate file, bad options:
-`EvokernelError` subclasses). Everything a candidate does ends as an `EvalResult` with
-`correct=False` and reason lines.
+`EvokernelError` subclasses), and a machine without the OS sandbox unless
+`EvalOptions.allow_unsandboxed` (see `isolation_status()`). Everything a candidate does ends
+as an `EvalResult` with `correct=False` and reason lines.
 
 Flow per candidate: static pre-check (optional, no process) -> `session.CandidateRun` (fresh
 worker: load, correctness, timing) -> statistics against the clean calibration (CUDA, timed
@@ -30,6 +31,7 @@ from evokernel.evaluate.calibration import calibration_for
 from evokernel.evaluate.locks import DeviceSlot, slot, slot_count
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios
+from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult, reason
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import check_source
@@ -110,6 +112,7 @@ def _prepare(
     opts = (options or EvalOptions()).resolved(dev)
     if dev not in the_task.dtypes:
         raise TaskError(f"task {the_task.name} has no dtypes for device {dev}")
+    require_isolation(opts.allow_unsandboxed)
     public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
     return the_task, dev, opts
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from evokernel.evaluate.locks import DeviceSlot
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios, timing_plan
+from evokernel.evaluate.process import policy
 from evokernel.evaluate.result import reason
 from evokernel.evaluate.sandbox import Worker, WorkerGone
 from evokernel.evaluate.stats import median
@@ -105,6 +106,7 @@ def _run(worker: Worker, task: Task, options: EvalOptions, slot: DeviceSlot, cal
     )
     if ready.get("op") != "ready":
         cal.error = str(ready.get("detail", ready))[-500:]
+        policy.note_setup_failure([str(x) for x in ready.get("sandbox", [])], "cuda", cal.error)
         return
     cal.device = dict(ready.get("device", {}))
     with slot.exclusive():

@@ -34,6 +34,10 @@ class EvalOptions:
     device_memory_mb: device memory the candidate may allocate beyond its inputs, per call.
     disk_mb:          bytes written under the candidate's private directory.
     startup_timeout_s: limit for the worker's own start-up (an infrastructure fault if hit).
+    allow_unsandboxed: run candidates even where the OS sandbox (Landlock and seccomp at
+                      least, see `isolation_status()`) is unavailable. Off: such a machine
+                      refuses to evaluate (an `EvokernelError`), and a worker that came up
+                      without it is an infrastructure fault.
     """
 
     timeout_s: float = 180.0
@@ -51,6 +55,7 @@ class EvalOptions:
     device_memory_mb: int = 8192
     disk_mb: int = 1024
     startup_timeout_s: float = 240.0
+    allow_unsandboxed: bool = False
 
     def __post_init__(self) -> None:
         positive: dict[str, float] = {

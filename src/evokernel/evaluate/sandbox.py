@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import evokernel
 from evokernel.evaluate import channel
+from evokernel.evaluate.process import policy
+from evokernel.evaluate.process.cgroup import Cgroup
 from evokernel.evaluate.procs import Tracker
 from evokernel.evaluate.result import reason
 
@@ -46,10 +47,6 @@ class WorkerGone(Exception):
         super().__init__(line)
         self.line = line
         self.infrastructure = infrastructure
-
-
-def _package_root() -> str:
-    return str(Path(evokernel.__file__).resolve().parent.parent)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -88,10 +85,16 @@ class Worker:
         cuda_visible: str | None = None,
         threads: int = 1,
         cwd: str | None = None,
+        read: tuple[str, ...] = (),
+        write: tuple[str, ...] = (),
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="evokernel-eval-"))
-        for sub in ("tmp", "triton", "torch_extensions"):
+        uid = policy.drop_uid()
+        for sub in ("tmp", "triton", "torch_extensions", "home"):
             (self.dir / sub).mkdir()
+        if uid is not None:  # the worker runs as nobody: its scratch space is its own
+            for path in (self.dir, *self.dir.iterdir()):
+                os.chown(path, uid, uid)
         self.memory_bytes = memory_mb * 2**20
         self.disk_bytes = disk_mb * 2**20
         self.deadline: float | None = None
@@ -102,43 +105,46 @@ class Worker:
         self._lock = threading.Lock()
         self.peak_rss = 0
 
-        child_env = dict(os.environ)
-        for key in ("PYTHONSTARTUP", "PYTHONINSPECT"):
-            child_env.pop(key, None)
-        if device is not None:  # None: the Triton mode of the parent's environment
-            child_env.pop("TRITON_INTERPRET", None)
-        paths = [_package_root(), *child_env.get("PYTHONPATH", "").split(os.pathsep)]
-        child_env.update(
-            PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in paths if p),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONUNBUFFERED="1",
-            TMPDIR=str(self.dir / "tmp"),
-            TRITON_CACHE_DIR=str(self.dir / "triton"),
-            TORCH_EXTENSIONS_DIR=str(self.dir / "torch_extensions"),
-            OMP_NUM_THREADS=str(threads),
+        if device is None:  # run_isolated: the Triton mode of the parent's environment
+            interpret = os.environ.get("TRITON_INTERPRET")
+        else:
+            interpret = "1" if device == "cpu" else None
+        self.env = policy.child_env(
+            self.dir, triton_interpret=interpret, threads=threads, extra=env
         )
-        if device == "cpu":
-            child_env["TRITON_INTERPRET"] = "1"
         if cuda_visible is not None:
-            child_env["CUDA_VISIBLE_DEVICES"] = cuda_visible
-        child_env.update(env or {})
+            self.env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+        self.cgroup = Cgroup.create()
+        skip = policy.broken_layers(device)
+        conf = policy.confinement(
+            str(self.dir),
+            env=self.env,
+            read=(*read, *([cwd] if cwd else [])),
+            write=write,
+            cgroup=self.cgroup.path if self.cgroup else None,
+            fsize_bytes=self.disk_bytes,
+            skip=skip,
+        )
 
         self.conn, child_sock = channel.socket_pair()
         self.stdout_path = self.dir / "stdout.txt"
         self.stderr_path = self.dir / "stderr.txt"
+        fd = child_sock.fileno()
+        cmd = [sys.executable, "-m", "evokernel.evaluate.worker", str(fd), conf.to_json()]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "evokernel.evaluate.worker", str(child_sock.fileno())],
+                cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                pass_fds=(child_sock.fileno(),),
+                pass_fds=(fd,),
                 start_new_session=True,
                 cwd=cwd or str(self.dir),
-                env=child_env,
+                env=self.env,
             )
         child_sock.close()
         self.tracker = Tracker(self.proc.pid)
+        self.core = {self.proc.pid}
         self._monitor = threading.Thread(target=self._watch, name="evokernel-monitor", daemon=True)
         self._monitor.start()
 
@@ -238,15 +244,28 @@ class Worker:
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         self.send(message)
-        return self.recv()
+        reply = self.recv()
+        if reply.get("op") == "ready":
+            self._note_core()
+        return reply
+
+    def _note_core(self) -> None:
+        """The worker's own processes, once its trusted set-up is done: the process we started
+        and, in a PID namespace, its one child (the worker proper, init of the namespace)."""
+        members = self.tracker.members()
+        self.core = {self.proc.pid} | {st.pid for st in members if st.ppid == self.proc.pid}
 
     def extra_processes(self) -> list[int]:
         """Live processes of the worker's tree other than the worker itself."""
-        return [st.pid for st in self.tracker.members() if st.pid != self.proc.pid]
+        return [st.pid for st in self.tracker.members() if st.pid not in self.core]
 
     # --- ending ------------------------------------------------------------------------------
     def tails(self) -> dict[str, str]:
-        return {"stdout_tail": _tail(self.stdout_path), "stderr_tail": _tail(self.stderr_path)}
+        """The last bytes of the worker's stdout and stderr, without the parent's secrets."""
+        return {
+            "stdout_tail": policy.redact(_tail(self.stdout_path), self.env),
+            "stderr_tail": policy.redact(_tail(self.stderr_path), self.env),
+        }
 
     def close(self) -> dict[str, str]:
         """End the worker and everything it started; remove its directory. Returns the
@@ -266,6 +285,8 @@ class Worker:
         self._stop.set()
         self._monitor.join()
         self.tracker.kill_all(grace_s=0.0)
+        if self.cgroup is not None:
+            self.cgroup.remove()
         self.conn.close()
         tails = self.tails()
         shutil.rmtree(self.dir, ignore_errors=True)

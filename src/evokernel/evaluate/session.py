@@ -39,6 +39,7 @@ from evokernel.evaluate.plan import (
     public_scenarios,
     timing_plan,
 )
+from evokernel.evaluate.process import policy
 from evokernel.evaluate.result import DeviceInfo, EvalResult, reason
 from evokernel.evaluate.sandbox import Worker, WorkerGone
 from evokernel.evaluate.static import triton_kernels
@@ -94,6 +95,7 @@ class CandidateRun:
         # the cost of an evaluation can be read without a profiler.
         self.phases: dict[str, float] = {}
         self._mark = time.monotonic()
+        self.given_env: dict[str, str] = {}  # the last worker's environment
 
     def _phase(self, name: str) -> None:
         now = time.monotonic()
@@ -155,7 +157,18 @@ class CandidateRun:
         self.result.correct = not self.result.reasons
         self.result.wall_s = time.monotonic() - start
         self.result.artifacts["phases"] = json.dumps(self.phases)
+        self._redact()
         return self.result
+
+    def _redact(self) -> None:
+        """Cut values of the evaluator's environment out of every text the candidate could
+        have shaped (reasons quote its exceptions; artifacts its output)."""
+        given = self.given_env
+        res = self.result
+        res.reasons = [policy.redact(r, given) for r in res.reasons]
+        res.artifacts = {k: policy.redact(v, given) for k, v in res.artifacts.items()}
+        for check in res.checks:
+            check.detail = policy.redact(check.detail, given)
 
     def _attempt(self) -> None:
         opts = self.options
@@ -166,6 +179,7 @@ class CandidateRun:
             cuda_visible=self.slot.visible,
             threads=self.threads,
         )
+        self.given_env = worker.env
         try:
             worker.set_deadline(
                 opts.startup_timeout_s, reason("infrastructure", "worker start-up timed out")
@@ -184,10 +198,15 @@ class CandidateRun:
                 )
             except WorkerGone as gone:
                 raise _Infrastructure(f"worker start-up failed: {gone.line}") from None
+            layers = [str(x) for x in ready.get("sandbox", [])]
             if ready.get("op") != "ready":
-                raise _Infrastructure(
-                    f"worker setup failed: {str(ready.get('detail', ready))[-300:]}"
-                )
+                detail = str(ready.get("detail", ready))
+                policy.note_setup_failure(layers, self.device, detail)  # next attempt adapts
+                raise _Infrastructure(f"worker setup failed: {detail[-300:]}")
+            self.result.artifacts["sandbox"] = ", ".join(layers)
+            isolation = policy.Isolation(tuple(layers))
+            if not isolation.isolated and not opts.allow_unsandboxed:
+                raise _Infrastructure(f"the worker's {isolation.line}")
             self.ready = ready
             self._phase("startup")
             self.result.device = self._device_info(ready.get("device", {}))

@@ -1,7 +1,9 @@
-"""The worker process: `python -m evokernel.evaluate.worker FD`.
+"""The worker process.
 
-Started by `sandbox.Worker` in a fresh interpreter and its own session; FD is its end of the
-private channel. It answers the parent's requests in order and never decides a verdict:
+Started by `sandbox.Worker` in a fresh interpreter and its own session as
+`python -m evokernel.evaluate.worker FD CONFINEMENT_JSON`; FD is its end of the private channel.
+Its first act is to enter the sandbox (process/confine.py), before torch or any thread exists.
+It answers the parent's requests in order and never decides a verdict:
 
   init       trusted setup (mode "eval" | "calibrate": import torch and Triton, initialise the
              device, warm up, install and snapshot the guards; mode "call": nothing), then
@@ -45,6 +47,9 @@ def _prctl_setup() -> None:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+SANDBOX: list[str] = []  # the layers confine.enter applied to this process
 
 
 class Session:
@@ -253,12 +258,13 @@ def _serve(conn: Any) -> None:
     init = channel.recv(conn)
     try:
         session = Session(init)
-        ready: dict[str, Any] = {"op": "ready", "pid": os.getpid()}
+        ready: dict[str, Any] = {"op": "ready", "pid": os.getpid(), "sandbox": SANDBOX}
         if session.mode != "call":
             ready["device"] = session.device_info()
         channel.send(conn, ready)
     except Exception:
-        channel.send(conn, {"op": "error", "detail": traceback.format_exc()[-3000:]})
+        detail = traceback.format_exc()[-3000:]
+        channel.send(conn, {"op": "error", "detail": detail, "sandbox": SANDBOX})
         return
     handlers = {
         "load": session.load,
@@ -295,6 +301,10 @@ def main(argv: list[str]) -> None:
     _prctl_setup()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
+    if len(argv) > 2:  # before anything starts a thread (the relay of a PID namespace stays here)
+        from evokernel.evaluate.process.confine import Confinement, enter
+
+        SANDBOX.extend(enter(Confinement.from_json(argv[2])))
     conn = channel.connect(int(argv[1]))
     with contextlib.suppress(EOFError):
         _serve(conn)
