@@ -12,6 +12,7 @@ and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 ORDER = 60
@@ -84,8 +85,13 @@ def render(result: object) -> str:
     return "\n".join(lines)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     from evokernel.evaluate import EvalOptions, evaluate, isolation_status
+    from evokernel.evaluate.api import check_arguments, read_candidate
 
     fields: dict[str, object] = {"seed": args.seed, "time": not args.no_time}
     if args.timeout is not None:
@@ -97,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_unsandboxed:
         fields["allow_unsandboxed"] = True
     options = EvalOptions(**fields)  # type: ignore[arg-type]
+    check_arguments(args.task, args.device, options)  # bad input: one line, before anything
+    read_candidate(args.candidate)
+    # SIGTERM unwinds like Ctrl-C, so the worker and its scratch directory are cleaned up.
+    signal.signal(signal.SIGTERM, _terminated)
     print(isolation_status().line, file=sys.stderr, flush=True)
     result = evaluate(args.task, args.candidate, device=args.device, options=options)
     print(render(result))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios
 from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult, reason
+from evokernel.evaluate.sandbox import abort_all
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import check_source
 from evokernel.tasks import get_task
@@ -47,12 +49,27 @@ def read_candidate(candidate: Candidate) -> tuple[str, str]:
         digest = hashlib.sha256(candidate.encode()).hexdigest()[:16]
         return candidate, f"sha256:{digest}"
     path = Path(candidate)
-    if not path.is_file():
-        raise TaskError(f"candidate file not found: {path}")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise TaskError(f"candidate file not found: {path}") from None
+    except OSError as err:
+        raise TaskError(f"cannot read candidate {path}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the evaluator
+        raise TaskError(f"candidate {path} is {_file_kind(mode)}, not a regular file")
     try:
         return path.read_text(), str(path)
     except (OSError, UnicodeDecodeError) as err:
         raise TaskError(f"cannot read candidate {path}: {err}") from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _task(task: str | Task) -> Task:
@@ -104,16 +121,25 @@ def _one(
     return result
 
 
-def _prepare(
+def check_arguments(
     task: str | Task, device: str | None, options: EvalOptions | None
 ) -> tuple[Task, str, EvalOptions]:
+    """(task, device, resolved options); raises for a bad argument (unknown task, device or
+    scenario). Does not look at the sandbox."""
     the_task = _task(task)
     dev = devices.resolve(device)
     opts = (options or EvalOptions()).resolved(dev)
     if dev not in the_task.dtypes:
         raise TaskError(f"task {the_task.name} has no dtypes for device {dev}")
-    require_isolation(opts.allow_unsandboxed)
     public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    return the_task, dev, opts
+
+
+def _prepare(
+    task: str | Task, device: str | None, options: EvalOptions | None
+) -> tuple[Task, str, EvalOptions]:
+    the_task, dev, opts = check_arguments(task, device, options)
+    require_isolation(opts.allow_unsandboxed)
     return the_task, dev, opts
 
 
@@ -161,4 +187,9 @@ def evaluate_many(
         return _one(the_task, source, label, dev, opts, slot(dev, index % slots), threads)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evokernel-eval") as pool:
-        return list(pool.map(one, range(len(read))))
+        try:
+            return list(pool.map(one, range(len(read))))
+        except BaseException:  # an interrupt: stop the running workers instead of waiting
+            pool.shutdown(wait=False, cancel_futures=True)
+            abort_all(reason("infrastructure", "the evaluator was interrupted"))
+            raise

@@ -17,6 +17,7 @@ without a reply (`no-result`) or a broken protocol. `close()` always leaves no p
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -38,6 +39,29 @@ from evokernel.evaluate.result import reason
 _POLL_S = 0.05
 _DISK_EVERY_S = 1.0
 _TAIL = 4000
+
+
+_LIVE: set[Worker] = set()  # every worker not yet closed, for interrupts and exit
+_LIVE_LOCK = threading.Lock()
+
+
+def abort_all(line: str) -> None:
+    """Kill every live worker's processes now (their pending requests fail with `line`); their
+    owners then close them as usual. Used when the evaluator is interrupted."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for worker in live:
+        worker._breach(line)
+
+
+@atexit.register
+def _close_all() -> None:
+    """At interpreter exit (also after an interrupt): no worker process and no scratch
+    directory is left behind."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for worker in live:
+        worker.close()
 
 
 class WorkerGone(Exception):
@@ -89,6 +113,36 @@ class Worker:
         write: tuple[str, ...] = (),
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="evokernel-eval-"))
+        self.cgroup: Cgroup | None = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        try:
+            self._start(device, memory_mb, disk_mb, env, cuda_visible, threads, cwd, read, write)
+        except BaseException:  # an interrupt while starting, too: leave nothing behind
+            proc = getattr(self, "proc", None)
+            if proc is not None:
+                self._stop.set()
+                Tracker(proc.pid).kill_all(grace_s=0.0)
+                proc.wait()
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def _start(
+        self,
+        device: str | None,
+        memory_mb: int,
+        disk_mb: int,
+        env: dict[str, str] | None,
+        cuda_visible: str | None,
+        threads: int,
+        cwd: str | None,
+        read: tuple[str, ...],
+        write: tuple[str, ...],
+    ) -> None:
         uid = policy.drop_uid()
         for sub in ("tmp", "triton", "torch_extensions", "home"):
             (self.dir / sub).mkdir()
@@ -269,7 +323,17 @@ class Worker:
 
     def close(self) -> dict[str, str]:
         """End the worker and everything it started; remove its directory. Returns the
-        stdout/stderr tails."""
+        stdout/stderr tails. Safe to call more than once and from several threads."""
+        with self._close_lock:
+            if self._closed:
+                return {"stdout_tail": "", "stderr_tail": ""}
+            tails = self._close()
+            self._closed = True
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        return tails
+
+    def _close(self) -> dict[str, str]:
         if self.proc.poll() is None and self.verdict is None:
             try:
                 channel.send(self.conn, {"op": "exit"})

@@ -145,7 +145,13 @@ class Session:
         except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 raise
-            line = classify(err, path)  # a CUDA error at import raises FatalError
+            if isinstance(err, SyntaxError) and err.filename == path:
+                # Raised by the compiler: the traceback holds only importlib's frames.
+                text = (err.text or "").strip()[:100]
+                where = f"line {err.lineno} of the candidate" + (f": {text}" if text else "")
+                line = reason("load", f"{type(err).__name__} at {where} ({err.msg})")
+            else:
+                line = classify(err, path)  # a CUDA error at import raises FatalError
             if reason_code(line) == "exception":
                 line = reason("load", line.split(": ", 1)[1])
         problems = self.guards.problems() + self.guards.os_thread_growth(
