@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from evokernel.evaluate import EvalOptions, EvalResult, evaluate, evaluate_many, isolation_status
-from evokernel.evaluate.procs import snapshot
+from evokernel.evaluate.process.procs import snapshot
 from evokernel.tasks import get_task
 from evokernel.tasks.blocks import set_knobs
 

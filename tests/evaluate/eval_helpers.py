@@ -11,7 +11,8 @@ import os
 import uuid
 from pathlib import Path
 
-from evokernel.evaluate.procs import snapshot
+from evokernel.evaluate.process.pool import POOL
+from evokernel.evaluate.process.procs import snapshot
 
 HERE = Path(__file__).parent
 HOSTILE = HERE / "hostile"
@@ -20,7 +21,9 @@ ISOLATED = HERE / "isolated"
 
 
 def descendants(root: int | None = None) -> list[int]:
-    """Live processes below `root` (default: this test process)."""
+    """Live processes below `root` (default: this test process), once the warm pool's idle
+    workers (the evaluator's own, waiting for their candidate) are closed."""
+    POOL.drain()
     root = os.getpid() if root is None else root
     table = snapshot()
     children: dict[int, list[int]] = {}

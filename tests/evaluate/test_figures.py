@@ -7,14 +7,15 @@ import json
 from pathlib import Path
 
 from evokernel.evaluate.figures import profile_problems, scenario_result, timer_problems
+from evokernel.evaluate.protocol import GpuEvent, Series
 from evokernel.evaluate.result import reason_code
-from evokernel.evaluate.wprofile import gpu_events
+from evokernel.evaluate.worker.profile import gpu_events
 from evokernel.tasks import get_task
 
 KERNELS = ["_decode_split", "_decode_combine"]
 
 
-def trace(tmp_path: Path, events: list[dict]) -> list[dict]:
+def trace(tmp_path: Path, events: list[dict]) -> list[GpuEvent]:
     path = tmp_path / "trace.json"
     cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 1.0}
     path.write_text(json.dumps({"traceEvents": [cpu, *events]}))
@@ -41,14 +42,14 @@ def test_profile_checks(tmp_path: Path) -> None:
     assert profile_problems([], KERNELS, "s") == ([], [])  # nothing recorded: not blamed
 
 
-def series(event: float, tail: float, xhost: float, n: int = 20) -> dict[str, list[float]]:
-    return {
-        "event_us": [event] * n,
-        "tail_us": [tail] * n,
-        "enqueue_us": [5.0] * n,
-        "xhost_us": [xhost] * 8,
-        "xevent_us": [event + 10.0] * 8,
-    }
+def series(event: float, tail: float, xhost: float, n: int = 20) -> Series:
+    return Series(
+        event_us=[event] * n,
+        tail_us=[tail] * n,
+        enqueue_us=[5.0] * n,
+        xhost_us=[xhost] * 8,
+        xevent_us=[event + 10.0] * 8,
+    )
 
 
 def test_timer_cross_check() -> None:

@@ -29,12 +29,13 @@ from pathlib import Path
 from evokernel import device as devices
 from evokernel.errors import TaskError
 from evokernel.evaluate.calibration import calibration_for
+from evokernel.evaluate.cascade import screen_scenarios
 from evokernel.evaluate.locks import DeviceSlot, slot, slot_count
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios
+from evokernel.evaluate.process.launch import abort_all
 from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult, reason
-from evokernel.evaluate.sandbox import abort_all
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import check_source
 from evokernel.tasks import get_task
@@ -131,7 +132,9 @@ def check_arguments(
     opts = (options or EvalOptions()).resolved(dev)
     if dev not in the_task.dtypes:
         raise TaskError(f"task {the_task.name} has no dtypes for device {dev}")
-    public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    public = public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    if opts.cascade is not None:
+        screen_scenarios(opts.cascade, public)  # so is a screen scenario not among them
     return the_task, dev, opts
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from evokernel.evaluate.protocol import GpuEvent, Series
 from evokernel.evaluate.result import ScenarioResult, TimingStats, reason
 from evokernel.evaluate.stats import median, paired_speedup, timing_stats
 from evokernel.tasks.base import Scenario, Task
@@ -38,15 +39,15 @@ BASELINE_SLOWDOWN = 1.25
 KERNEL_SHARE = 0.5
 
 
-def timer_problems(series: dict[str, dict[str, list[float]]], scenario: str) -> list[str]:
+def timer_problems(series: dict[str, Series], scenario: str) -> list[str]:
     cand = series.get("candidate")
     bases = [v for k, v in series.items() if k != "candidate"]
-    if not cand or not bases or not cand["event_us"]:
+    if not cand or not bases or not cand.event_us:
         return []
-    event = median(cand["event_us"])
+    event = median(cand.event_us)
     found = []
-    tail = median(cand["tail_us"])
-    base_tail = max(median(b["tail_us"]) for b in bases)
+    tail = median(cand.tail_us)
+    base_tail = max(median(b.tail_us) for b in bases)
     if tail > base_tail + max(10.0, 0.25 * event):
         found.append(
             reason(
@@ -55,12 +56,10 @@ def timer_problems(series: dict[str, dict[str, list[float]]], scenario: str) -> 
                 f"finished (baselines {base_tail:.1f} us; candidate events {event:.1f} us)",
             )
         )
-    if cand["xhost_us"]:
-        excess = median([h - e for h, e in zip(cand["xhost_us"], cand["xevent_us"])])
-        base_excess = max(
-            median([h - e for h, e in zip(b["xhost_us"], b["xevent_us"])]) for b in bases
-        )
-        x_event = median(cand["xevent_us"])
+    if cand.xhost_us:
+        excess = median([h - e for h, e in zip(cand.xhost_us, cand.xevent_us)])
+        base_excess = max(median([h - e for h, e in zip(b.xhost_us, b.xevent_us)]) for b in bases)
+        x_event = median(cand.xevent_us)
         if excess > base_excess + max(20.0, 0.5 * x_event):
             found.append(
                 reason(
@@ -78,24 +77,24 @@ def _matches(kernel: str, names: list[str]) -> bool:
 
 
 def profile_problems(
-    events: list[dict[str, Any]], kernels: list[str], scenario: str
+    events: list[GpuEvent], kernels: list[str], scenario: str
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """(reason lines, the kernel list kept as an artifact). The first event is the marker."""
     if not events:
         return [], []
-    launch = events[0]["stream"]
+    launch = events[0].stream
     rest = events[1:]
-    listing = [{"name": e["name"], "stream": e["stream"], "us": round(e["dur"], 2)} for e in rest]
+    listing = [{"name": e.name, "stream": e.stream, "us": round(e.dur, 2)} for e in rest]
     found = []
-    elsewhere = sorted({e["name"][:60] for e in rest if e["stream"] != launch})
+    elsewhere = sorted({e.name[:60] for e in rest if e.stream != launch})
     if elsewhere:
         found.append(
             reason(
                 "side-stream", f"{scenario}: GPU work on another stream: {', '.join(elsewhere[:4])}"
             )
         )
-    total = sum(e["dur"] for e in rest if e["cat"] == "kernel")
-    own = sum(e["dur"] for e in rest if e["cat"] == "kernel" and _matches(e["name"], kernels))
+    total = sum(e.dur for e in rest if e.cat == "kernel")
+    own = sum(e.dur for e in rest if e.cat == "kernel" and _matches(e.name, kernels))
     if not kernels:
         found.append(
             reason("kernels-missing", f"{scenario}: the candidate defines no @triton.jit kernel")
@@ -122,16 +121,16 @@ def scenario_result(
     task: Task,
     scenario: Scenario,
     dtype: torch.dtype,
-    series: dict[str, dict[str, list[float]]],
+    series: dict[str, Series],
     device: str,
     copy_gbps: float,
     clean_baselines: dict[str, float],
 ) -> ScenarioResult:
-    cand = series["candidate"]["event_us"]
+    cand = series["candidate"].event_us
     baselines: dict[str, TimingStats] = {}
     for key, values in series.items():
         if key != "candidate":
-            baselines[key.removeprefix("baseline:")] = timing_stats(values["event_us"])
+            baselines[key.removeprefix("baseline:")] = timing_stats(values.event_us)
     fastest = min(baselines, key=lambda k: baselines[k].median_us)
     cand_stats = timing_stats(cand)
     bytes_moved = task.bytes_moved(scenario, dtype)
@@ -141,14 +140,14 @@ def scenario_result(
     host_event_ratio = 0.0
     flags: list[str] = []
     if device == "cuda":
-        speedup, ci = paired_speedup(series[f"baseline:{fastest}"]["event_us"], cand)
+        speedup, ci = paired_speedup(series[f"baseline:{fastest}"].event_us, cand)
         if copy_gbps > 0:
             roofline_us = bytes_moved / (copy_gbps * 1e3)
         if cand_stats.median_us > 0:
             achieved = bytes_moved / (cand_stats.median_us * 1e3)
             pct = 100.0 * roofline_us / cand_stats.median_us
-        xhost = series["candidate"]["xhost_us"]
-        xevent = series["candidate"]["xevent_us"]
+        xhost = series["candidate"].xhost_us
+        xevent = series["candidate"].xevent_us
         if xhost and median(xevent) > 0:
             host_event_ratio = median(xhost) / median(xevent)
         if roofline_us > 0 and pct > BEYOND_ROOFLINE_PCT:

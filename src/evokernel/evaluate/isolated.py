@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import EvokernelError
+from evokernel.evaluate import protocol as p
 from evokernel.evaluate.process import policy
+from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.sandbox import Worker, WorkerGone
 
 
 @dataclass
@@ -88,7 +89,7 @@ def run_isolated(
     start = time.monotonic()
     values = [*args, *(kwargs or {}).values()]
     readable = (str(file.resolve().parent), *map(str, read_paths), *_path_args(values))
-    worker = Worker(
+    worker = WorkerProcess(
         device=None,
         memory_mb=memory_mb,
         disk_mb=disk_mb,
@@ -102,30 +103,28 @@ def run_isolated(
         worker.set_deadline(
             timeout_s, reason("timeout", f"no result within {timeout_s:g} s; process group killed")
         )
-        ready = worker.request({"op": "init", "mode": "call"})
-        layers = tuple(str(x) for x in ready.get("sandbox", []))
-        outcome.sandbox = ", ".join(layers)
-        isolation = policy.Isolation(layers)
-        if ready.get("op") != "ready":
-            outcome.reason = reason("infrastructure", str(ready.get("detail", ready))[-300:])
+        ready = worker.request(p.Init(mode="call"), (p.Ready, p.Error))
+        outcome.sandbox = ", ".join(ready.sandbox)
+        isolation = policy.Isolation(tuple(ready.sandbox))
+        if isinstance(ready, p.Error):
+            outcome.reason = reason("infrastructure", ready.detail[-300:])
         elif not isolation.isolated and not allow_unsandboxed:
             outcome.reason = reason("infrastructure", f"the process's {isolation.line}")
         else:
-            message = {
-                "op": "call",
-                "path": str(file.resolve()),
-                "function": function,
-                "args": list(args),
-                "kwargs": dict(kwargs or {}),
-            }
-            reply = worker.request(message)
-            if "error" in reply:
-                error = policy.redact(str(reply["error"])[:500], worker.env)
+            request = p.Call(
+                path=str(file.resolve()), function=function, args=list(args),
+                kwargs=dict(kwargs or {}),
+            )  # fmt: skip
+            reply = worker.request(request, (p.Called, p.Error))
+            if isinstance(reply, p.Error):
+                outcome.reason = reason("infrastructure", reply.detail[-300:])
+            elif reply.error is not None:
+                error = policy.redact(reply.error[:500], worker.env)
                 outcome.reason = reason("exception", error)
-                trace = "".join(str(x) for x in reply.get("traceback", []))[-4000:]
+                trace = "".join(reply.traceback)[-4000:]
                 outcome.traceback = policy.redact(trace, worker.env)
             else:
-                outcome.ok, outcome.value = True, _redacted(reply.get("value"), worker.env)
+                outcome.ok, outcome.value = True, _redacted(reply.value, worker.env)
     except WorkerGone as gone:
         outcome.reason = gone.line
     finally:

@@ -1,18 +1,23 @@
 """One worker process, and everything that keeps the evaluator safe from it.
 
-`Worker` starts `python -m evokernel.evaluate.worker` as a fresh interpreter (the spawn method:
-nothing of the parent is inherited but the environment) in its own session, with:
+`WorkerProcess` starts `python -m evokernel.evaluate.worker` as a fresh interpreter (nothing of
+the parent is inherited) in its own session and in the OS sandbox (policy.py decides what it
+may do, the worker enters it first thing: confine.py), with:
 
-  * a private directory (temp files, Triton cache, torch extensions, stdout/stderr captures),
-    removed on `close()`;
-  * the parent's end of a socket pair as the only result channel (see `channel.py`);
+  * a private scratch directory (temp files, HOME, Triton cache, torch extensions,
+    stdout/stderr captures), removed on `close()`;
+  * a scrubbed environment (policy.child_env);
+  * a cgroup of its own where the system allows one;
+  * the parent's end of a socket pair as the only result channel (channel.py, protocol.py);
   * a monitor thread that enforces the wall-clock deadline, the host-memory budget (RSS summed
     over every process of the worker, polled; RLIMIT_AS is unusable next to CUDA) and the disk
     budget, and on a breach kills the whole process tree (SIGTERM, then SIGKILL).
 
-`request()` returns the worker's reply or raises `WorkerGone` carrying the reason line: the
-monitor's verdict (`timeout`, `memory-budget`), a signal death (`crashed: SIGSEGV`), an exit
-without a reply (`no-result`) or a broken protocol. `close()` always leaves no process behind.
+`request(message, kinds)` returns the worker's reply (a `protocol` message of one of `kinds`)
+or raises `WorkerGone` carrying the reason line: the monitor's verdict (`timeout`,
+`memory-budget`), a signal death (`crashed: SIGSEGV`), an exit without a reply (`no-result`) or
+a broken protocol (`no-result: protocol broken: ...`, with what was wrong). `close()` always
+leaves no process behind, and so does an interrupt (`abort_all`, an atexit hook).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -27,21 +33,27 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
-from evokernel.evaluate import channel
-from evokernel.evaluate.process import policy
+from evokernel.evaluate import protocol
+from evokernel.evaluate.process import channel, policy
 from evokernel.evaluate.process.cgroup import Cgroup
-from evokernel.evaluate.procs import Tracker
+from evokernel.evaluate.process.procs import Tracker
 from evokernel.evaluate.result import reason
+
+A = TypeVar("A", bound=protocol.Message)
+B = TypeVar("B", bound=protocol.Message)
+C = TypeVar("C", bound=protocol.Message)
 
 _POLL_S = 0.05
 _DISK_EVERY_S = 1.0
 _TAIL = 4000
 
 
-_LIVE: set[Worker] = set()  # every worker not yet closed, for interrupts and exit
+_LIVE: set[WorkerProcess] = set()  # every worker not yet closed, for interrupts and exit
 _LIVE_LOCK = threading.Lock()
 
 
@@ -62,6 +74,41 @@ def _close_all() -> None:
         live = list(_LIVE)
     for worker in live:
         worker.close()
+
+
+class _Spawner:
+    """Starts every worker process from one thread that lives as long as the evaluator: the
+    kernel's parent-death signal (PR_SET_PDEATHSIG) fires when the *thread* that forked the
+    child exits, so a worker started from a short-lived thread (the pool's) would be killed
+    with it."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], dict[str, Any]]]
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="evokernel-spawner", daemon=True
+                )
+                self._thread.start()
+        future: Future[subprocess.Popen[bytes]] = Future()
+        self._queue.put((future, kwargs))
+        return future.result()
+
+    def _serve(self) -> None:
+        while True:
+            future, kwargs = self._queue.get()
+            try:
+                future.set_result(subprocess.Popen(**kwargs))
+            except BaseException as err:
+                future.set_exception(err)
+
+
+_SPAWNER = _Spawner()
 
 
 class WorkerGone(Exception):
@@ -93,7 +140,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-class Worker:
+class WorkerProcess:
     """A spawned worker process with its limits. Use as a context manager.
 
     device "cpu" runs Triton under its interpreter, "cuda" compiles; None keeps the parent's
@@ -186,8 +233,8 @@ class Worker:
         fd = child_sock.fileno()
         cmd = [sys.executable, "-m", "evokernel.evaluate.worker", str(fd), conf.to_json()]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                cmd,
+            self.proc = _SPAWNER.popen(
+                args=cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -208,6 +255,10 @@ class Worker:
         with self._lock:
             self.deadline = time.monotonic() + seconds
             self.deadline_line = line
+
+    def clear_deadline(self) -> None:
+        with self._lock:
+            self.deadline = None
 
     def _breach(self, line: str) -> None:
         with self._lock:
@@ -271,7 +322,14 @@ class Worker:
             reason("no-result", f"worker exited with status {rc} and no result{extra}")
         )
 
-    def recv(self) -> dict[str, Any]:
+    @overload
+    def recv(self, kinds: tuple[type[A]]) -> A: ...
+    @overload
+    def recv(self, kinds: tuple[type[A], type[B]]) -> A | B: ...
+    @overload
+    def recv(self, kinds: tuple[type[A], type[B], type[C]]) -> A | B | C: ...
+    def recv(self, kinds: tuple[type[protocol.Message], ...]) -> protocol.Message:
+        """The next message, one of `kinds` (anything else breaks the protocol)."""
         while True:
             if self.verdict is not None:
                 raise self._gone()
@@ -281,7 +339,10 @@ class Worker:
                 raise self._gone() from None
             if ready:
                 try:
-                    return channel.recv(self.conn)
+                    reply = protocol.recv(self.conn, kinds)
+                    if isinstance(reply, protocol.Ready):
+                        self._note_core()
+                    return reply
                 except EOFError:
                     raise self._gone() from None
                 except channel.ChannelError as err:
@@ -290,18 +351,25 @@ class Worker:
             if self.proc.poll() is not None and not self.conn.poll(0):
                 raise self._gone()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: protocol.Message) -> None:
         try:
-            channel.send(self.conn, message)
+            protocol.send(self.conn, message)
         except OSError:
             raise self._gone() from None
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+    @overload
+    def request(self, message: protocol.Message, kinds: tuple[type[A]]) -> A: ...
+    @overload
+    def request(self, message: protocol.Message, kinds: tuple[type[A], type[B]]) -> A | B: ...
+    @overload
+    def request(
+        self, message: protocol.Message, kinds: tuple[type[A], type[B], type[C]]
+    ) -> A | B | C: ...
+    def request(
+        self, message: protocol.Message, kinds: tuple[type[protocol.Message], ...]
+    ) -> protocol.Message:
         self.send(message)
-        reply = self.recv()
-        if reply.get("op") == "ready":
-            self._note_core()
-        return reply
+        return self.recv(kinds)  # type: ignore[arg-type]
 
     def _note_core(self) -> None:
         """The worker's own processes, once its trusted set-up is done: the process we started
@@ -321,22 +389,24 @@ class Worker:
             "stderr_tail": policy.redact(_tail(self.stderr_path), self.env),
         }
 
-    def close(self) -> dict[str, str]:
+    def close(self, harvest: Callable[[Path], object] | None = None) -> dict[str, str]:
         """End the worker and everything it started; remove its directory. Returns the
-        stdout/stderr tails. Safe to call more than once and from several threads."""
+        stdout/stderr tails. `harvest(scratch)` runs when no process of the worker is left and
+        before the directory goes (the compile cache takes what it may keep). Safe to call
+        more than once and from several threads."""
         with self._close_lock:
             if self._closed:
                 return {"stdout_tail": "", "stderr_tail": ""}
-            tails = self._close()
+            tails = self._close(harvest)
             self._closed = True
         with _LIVE_LOCK:
             _LIVE.discard(self)
         return tails
 
-    def _close(self) -> dict[str, str]:
+    def _close(self, harvest: Callable[[Path], object] | None) -> dict[str, str]:
         if self.proc.poll() is None and self.verdict is None:
             try:
-                channel.send(self.conn, {"op": "exit"})
+                protocol.send(self.conn, protocol.Exit())
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -353,10 +423,13 @@ class Worker:
             self.cgroup.remove()
         self.conn.close()
         tails = self.tails()
+        if harvest is not None:
+            with contextlib.suppress(OSError):  # a cache that keeps nothing is still correct
+                harvest(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         return tails
 
-    def __enter__(self) -> Worker:
+    def __enter__(self) -> WorkerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from evokernel.evaluate.protocol import Recheck, Series, Time
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.wcalls import Caller, classify, clone_inputs, to_device
+from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs, to_device
 from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
@@ -80,6 +82,17 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / best / 1e9
 
 
+@dataclass
+class TimingOutcome:
+    """Raw figures per implementation; or the reason a call failed (and whose call it was)."""
+
+    series: dict[str, Series] = field(default_factory=dict)
+    rechecks: list[Recheck] = field(default_factory=list)
+    spin_us: float = 0.0
+    reason: str | None = None
+    implementation: str | None = None
+
+
 class TimedScenario:
     """One scenario's timed phase; `run()` returns the raw figures for the parent."""
 
@@ -90,21 +103,20 @@ class TimedScenario:
         dtype: torch.dtype,
         fns: dict[str, Callable[..., Any]],
         caller: Caller,
-        msg: dict[str, Any],
+        msg: Time,
         spin_rate: float,
     ) -> None:
         self.task, self.scenario, self.fns, self.caller = task, scenario, fns, caller
         self.cuda = caller.cuda
-        self.rounds: list[list[str]] = msg["rounds"]
-        self.timed_from: int = msg["timed_from"]
-        self.perturb_base: int = msg["perturb_seed"]
-        self.recheck = {int(r) for r in msg["recheck"]}
+        self.rounds = msg.rounds
+        self.timed_from = msg.timed_from
+        self.perturb_base = msg.perturb_seed
+        self.recheck = set(msg.recheck)
         self.spin_rate = spin_rate
         bases = [
-            to_device(task.make_inputs(scenario, s, dtype), caller.device)
-            for s in msg["base_seeds"]
+            to_device(task.make_inputs(scenario, s, dtype), caller.device) for s in msg.base_seeds
         ]
-        self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg["copies"])]
+        self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg.copies)]
         del bases
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -185,43 +197,35 @@ class TimedScenario:
             worst = max(worst, sorted(enq)[1])
         return min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * worst + 20.0))
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> TimingOutcome:
         spin_us = self._spin_us()
-        series: dict[str, dict[str, list[float]]] = {
+        raw: dict[str, dict[str, list[float]]] = {
             name: {"event_us": [], "tail_us": [], "enqueue_us": [], "xhost_us": [], "xevent_us": []}
             for name in self.fns
         }
-        rechecks: list[dict[str, Any]] = []
+        rechecks: list[Recheck] = []
         for index, order in enumerate(self.rounds):
             for name in order:
                 counter = self.counter
                 out, line, figures = self._timed_call(name, spin_us)
                 if line is not None:
-                    return {"reason": line, "implementation": name}
+                    return TimingOutcome(reason=line, implementation=name)
                 if name == "candidate" and type(out) is not torch.Tensor:
-                    return {
-                        "reason": reason(
-                            "output-type", f"a timed call returned {type(out).__name__}"
-                        )
-                    }
+                    line = reason("output-type", f"a timed call returned {type(out).__name__}")
+                    return TimingOutcome(reason=line, implementation=name)
                 if index < self.timed_from:
                     continue
                 for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
-                    series[name][key].append(value)
+                    raw[name][key].append(value)
                 if name == "candidate" and index - self.timed_from in self.recheck:
-                    rechecks.append(
-                        {
-                            "round": index - self.timed_from,
-                            "counter": counter,
-                            "out": out.detach().clone(),
-                        }
-                    )
+                    rechecks.append(Recheck(index - self.timed_from, counter, out.detach().clone()))
         if self.cuda:
-            for name in self.fns:
-                for _ in range(_XCHECK_CALLS):
+            for _ in range(_XCHECK_CALLS):
+                for name in self.fns:  # interleaved, like the timed rounds
                     got = self._cross_check(name)
                     if isinstance(got, str):
-                        return {"reason": got, "implementation": name}
-                    series[name]["xhost_us"].append(got[0])
-                    series[name]["xevent_us"].append(got[1])
-        return {"series": series, "rechecks": rechecks, "spin_us": spin_us}
+                        return TimingOutcome(reason=got, implementation=name)
+                    raw[name]["xhost_us"].append(got[0])
+                    raw[name]["xevent_us"].append(got[1])
+        series = {name: Series(**figures) for name, figures in raw.items()}
+        return TimingOutcome(series=series, rechecks=rechecks, spin_us=spin_us)
