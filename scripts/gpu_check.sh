@@ -5,9 +5,12 @@
 #   scripts/gpu_check.sh                      all sections
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
-# Sections: env tests engine evaluator evolve. Each writes JSON and a log under $OUT
+# Sections: env tests engine stages evaluator evolve, and bench (the decode benchmark's full
+# suite, about 6 minutes; not in the default list). Each writes JSON and a log under $OUT
 # (./out when unset); one failing section does not stop the others. The last lines printed
-# are a short table of every section's figures (scripts/gpu/summary.py).
+# are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
+# checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
+# TESTS selects the GPU test paths (default: tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/out}
@@ -15,8 +18,13 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
+export CKPT=${CKPT:-/tmp/evokernel-0.6b}
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(env tests engine evaluator evolve)
+[ ${#sections[@]} -eq 0 ] && sections=(env tests engine stages evaluator evolve)
+
+checkpoint() {
+  [ -f "$CKPT/config.json" ] || $PY -m evokernel model random "$CKPT" --preset qwen3-0.6b --seed 0
+}
 
 run_section() {
   local name=$1; shift
@@ -31,12 +39,16 @@ run_section() {
 for s in "${sections[@]}"; do
   case $s in
     env) run_section env $PY scripts/gpu/env_info.py ;;
-    tests) run_section tests $PY -m pytest -m gpu -q -p no:cacheprovider tests \
+    # shellcheck disable=SC2086
+    tests) run_section tests $PY -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} \
              --junitxml="$OUT/gpu_tests.xml" ;;
-    engine) run_section engine bash scripts/gpu/engine_check.sh ;;
+    engine) checkpoint && run_section engine bash scripts/gpu/engine_check.sh ;;
+    stages) checkpoint && run_section stages $PY -m evokernel.bench.decode_stages \
+              --model "$CKPT" --out "$OUT/decode_stages.json" ;;
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
-    *) echo "unknown section $s (env tests engine evaluator evolve)"; exit 2 ;;
+    bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
+    *) echo "unknown section $s (env tests engine stages evaluator evolve bench)"; exit 2 ;;
   esac
 done
 $PY scripts/gpu/summary.py "$OUT"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Engine check on a CUDA machine, from the source tree (PYTHONPATH=src python3 -m evokernel):
-# writes a random Qwen3-0.6B checkpoint (bf16) to a temp dir, then
+# uses the random Qwen3-0.6B checkpoint at $CKPT (written there first if missing; default: a
+# temp dir removed afterwards), then
 #   verify    vs transformers, 64 steps, Triton ops (and again with torch ops)
 #   generate  22-token prompt, 200 new tokens, batch 1: Triton ops + CUDA graph (the engine),
-#             Triton ops eager (what the graph buys), torch ops + CUDA graph
+#             the same without programmatic dependent launch (what PDL buys), Triton ops eager
+#             (what the graph buys), torch ops + CUDA graph
 # Each run's JSON line goes to ${OUT:-out}/engine_<run>.json; a table is printed last.
 # Exit 1 if any run fails (verify out of tolerance included).
 set -uo pipefail
@@ -15,7 +17,7 @@ export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-model=$tmp/qwen3-0.6b
+model=${CKPT:-$tmp/qwen3-0.6b}
 # 22 ids: a short chat turn in Qwen3's vocabulary.
 prompt=151644,8948,198,2610,525,264,10950,17847,13,151645,198,151644,872,198,9707,11,1246,525,498,30,151645,198
 
@@ -34,11 +36,12 @@ run() {
   [ "$code" -eq 0 ] || { echo "$name: exit $code" >&2; rc=1; }
 }
 
-"$PY" -m evokernel model random "$model" --preset qwen3-0.6b --seed 0 || exit 1
+[ -f "$model/config.json" ] || "$PY" -m evokernel model random "$model" --preset qwen3-0.6b --seed 0 || exit 1
 run verify verify --model "$model" --device cuda --steps 64 --ops triton --json
 run verify_torch verify --model "$model" --device cuda --steps 64 --ops torch --json
 gen=(generate --model "$model" --prompt-ids "$prompt" --max-new-tokens 200 --device cuda --ignore-eos --json)
 run generate "${gen[@]}" --ops triton
+run generate_no_pdl "${gen[@]}" --ops triton --no-pdl
 run generate_eager "${gen[@]}" --ops triton --no-graph
 run generate_torch "${gen[@]}" --ops torch
 
@@ -55,7 +58,7 @@ for name in ("verify", "verify_torch"):
         extra = f", fp32 ours {fp32:.2e} / hf {r['fp32_kl_mean_ref']:.2e}" if fp32 is not None else ""
         print(f"{name:<16} KL mean {r['kl_mean']:.2e} max {r['kl_max']:.2e} argmax "
               f"{r['argmax_agreement']:.3f} {'PASS ' + r['criterion'] if r['passed'] else 'FAIL'}{extra}")
-for name in ("generate", "generate_eager", "generate_torch"):
+for name in ("generate", "generate_no_pdl", "generate_eager", "generate_torch"):
     p = out / f"engine_{name}.json"
     if p.is_file():
         r = json.loads(p.read_text())

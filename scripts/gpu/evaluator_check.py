@@ -1,6 +1,6 @@
 """The evaluator's GPU check: `PYTHONPATH=src python3 scripts/gpu/evaluator_check.py`.
 
-1. Evaluates both tasks' seed candidates, and the attention seed with SPLIT=16, on every public
+1. Evaluates both tasks' seed candidates, and the attention seed with BLOCK_N=128, on every public
    scenario: per scenario the candidate's and the fastest baseline's median device time, the
    speedup with its 95% interval, % of the roofline and flags; the wall time per evaluation.
 2. Runs the GPU-only hostile candidates (tests/evaluate/hostile_gpu) and checks each is
@@ -60,8 +60,10 @@ def scenario_lines(label: str, result: EvalResult) -> list[str]:
 
 
 def split_seed(tmp: Path) -> Path:
-    source = set_knobs(get_task(ATTENTION).seed_candidate.read_text(), {"SPLIT": 16})
-    path = tmp / "attention_split16.py"
+    source = set_knobs(
+        get_task(ATTENTION).seed_candidate.read_text(), {"BLOCK_N": 128, "NUM_STAGES": 4}
+    )
+    path = tmp / "attention_n128.py"
     path.write_text(source)
     return path
 
@@ -102,7 +104,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         honest = {
             "attention seed": (ATTENTION, get_task(ATTENTION).seed_candidate),
-            "attention split16": (ATTENTION, split_seed(Path(tmp))),
+            "attention n128": (ATTENTION, split_seed(Path(tmp))),
             "linear seed": ("decode_linear", get_task("decode_linear").seed_candidate),
         }
         for label, (task, path) in honest.items():

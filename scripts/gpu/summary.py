@@ -35,7 +35,7 @@ def main(out: Path) -> None:
                 f"  {name:<16} KL mean {v.get('kl_mean'):.3g} max {v.get('kl_max'):.3g} "
                 f"argmax {v.get('argmax_agreement')} passed={v.get('passed')}"
             )
-    for name in ("generate", "generate_eager", "generate_torch"):
+    for name in ("generate", "generate_no_pdl", "generate_eager", "generate_torch"):
         g = _load(out / f"engine_{name}.json")
         if g:
             print(
@@ -46,10 +46,30 @@ def main(out: Path) -> None:
     if ev and "table" in ev:
         for row in ev["table"]:
             print("  " + row)
+    stages = _load(out / "decode_stages.json")
+    if stages:
+        for v in stages.get("variants", []):
+            steps = ", ".join(
+                f"@{p} {s['tok_s']:.0f} tok/s ({s['pct']:.1f}%)" for p, s in v["steps"].items()
+            )
+            per = " ".join(f"{k} {s['us']:.1f}" for k, s in v["stages"].items())
+            print(f"  stages {v['name']:<9} {steps}")
+            print(f"  {'':<16} us/layer: {per}")
     evo = _load(out / "evolve_bench.json")
     if evo and "table" in evo:
         for row in evo["table"]:
             print("  " + row)
+    for suite in ("quick", "full"):
+        bench = _load(out / f"bench_decode_{suite}.json")
+        if bench:
+            print(f"  bench decode ({suite}): tok/s (% of floor) by position")
+            for r in bench.get("results", []):
+                figure = (
+                    f"error: {r['error']}"
+                    if r.get("error")
+                    else f"{r['tok_s']:.1f} tok/s ({r['pct_floor']:.1f}%)"
+                )
+                print(f"    {r['system']:<11} {r['position']:>6}  {figure}")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ Call `prepare(device)` before importing anything from `evokernel.kernels` or loa
 candidate; kernel modules are therefore imported lazily by their launchers.
 
 The interpreter computes bfloat16 as NaN (seen with Triton 3.6 and 3.9): on the CPU, test and
-run kernels in float32 or float16 (`default_dtype("cpu")` is float32).
+run kernels in float32 or float16 (`default_dtype("cpu")` is float32). Its data-dependent
+loops fail with numpy >= 2.4 (an `InterpreterError` deep inside a kernel): callers about to
+run Triton kernels on the CPU call `check_interpreter()` first, which names the package.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import torch
@@ -45,6 +48,28 @@ def prepare(device: str) -> None:
         os.environ.pop("TRITON_INTERPRET", None)
     else:
         os.environ["TRITON_INTERPRET"] = want
+
+
+# The first numpy release whose arrays the Triton interpreter's loops fail on (Triton 3.6).
+INTERPRETER_NUMPY_BELOW = (2, 4)
+
+
+def check_interpreter(hint: str = "") -> None:
+    """Raise a one-line `EvokernelError` when Triton's interpreter cannot run kernels here;
+    `hint` ends the message (an alternative the caller offers).
+
+    Imports numpy (torch has usually imported it already), so call it only when Triton
+    kernels are about to run on the CPU."""
+    import numpy
+
+    version = numpy.__version__
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) >= INTERPRETER_NUMPY_BELOW:
+        want = "numpy<{}.{}".format(*INTERPRETER_NUMPY_BELOW)
+        raise EvokernelError(
+            f"Triton kernels on the CPU run under Triton's interpreter, which needs {want}; "
+            f"numpy {version} is installed: pip install '{want}'{hint}"
+        )
 
 
 def default_dtype(device: str) -> torch.dtype:

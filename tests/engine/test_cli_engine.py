@@ -60,7 +60,7 @@ def test_generate_errors_are_one_line(capsys, tiny_fp32: Path, tiny_no_tokenizer
         (["--model", str(tiny_no_tokenizer), "--prompt", "hi"], "needs tokenizer.json"),
         (["--model", str(tiny_fp32), "--prompt-ids", "1,x"], "comma-separated integers"),
         (["--model", str(tiny_fp32), "--prompt-ids", "1,9999"], "outside the vocabulary"),
-        (["--model", str(tmp_path / "nothing"), "--prompt-ids", "1"], "not a directory"),
+        (["--model", str(tmp_path / "nothing"), "--prompt-ids", "1"], "no such directory"),
         (["--model", str(tiny_fp32), "--prompt-ids", "1", "--top-p", "0"], "--top-p"),
     ]
     for args, message in cases:

@@ -42,7 +42,9 @@ def _forced_batch(model, prompts, feeds, use_graph: bool) -> torch.Tensor:
         model.prefill(ids.cuda(), lens, cache)
         runner.start(torch.tensor(feeds[0], device="cuda"), lens.int())
         for i in range(len(feeds)):
-            out.append(runner.step().to("cpu", torch.float64))
+            logits = runner.step()
+            assert logits is not None
+            out.append(logits.to("cpu", torch.float64))
             if i + 1 < len(feeds):
                 runner.feed(torch.tensor(feeds[i + 1], device="cuda"))
     assert runner.uses_graph == use_graph

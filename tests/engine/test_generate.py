@@ -70,3 +70,34 @@ def test_bad_inputs_are_config_errors(model: Qwen3Model) -> None:
         generate(model, [PROMPT], GenerateOptions(max_new_tokens=model.max_seq_len))
     with pytest.raises(ConfigError, match="max-new-tokens"):
         GenerateOptions(max_new_tokens=0)
+
+
+def test_triton_greedy_step_matches_torch(tiny_fp32: Path) -> None:
+    # The greedy step's fused head (argmax written on the device, positions advanced there).
+    triton_model = load_engine(tiny_fp32, "cpu", torch.float32, "triton")
+    opts = GenerateOptions(max_new_tokens=6)
+    torch_model = load_engine(tiny_fp32, "cpu", torch.float32, "torch")
+    assert (
+        generate(triton_model, [PROMPT], opts).tokens
+        == generate(torch_model, [PROMPT], opts).tokens
+    )
+
+
+def test_decode_across_context_buckets_matches_transformers(tiny_fp32: Path) -> None:
+    # A 250-token prompt decoded past position 256, where attention's bound moves to the next
+    # bucket: a bound that dropped valid positions would change the tokens.
+    model = load_engine(tiny_fp32, "cpu", torch.float32, "torch")
+    prompt = [(7 * i + 3) % 250 + 1 for i in range(250)]
+    result = generate(model, [prompt], GenerateOptions(max_new_tokens=12))
+    ref_tokens, _ = reference_greedy(load_reference(tiny_fp32, "cpu", torch.float32), prompt, 12)
+    assert result.tokens == [ref_tokens]
+
+
+def test_the_decode_runner_is_kept_across_calls(model: Qwen3Model) -> None:
+    from evokernel.engine.graph import runner_for
+
+    first = generate(model, [PROMPT], GenerateOptions(max_new_tokens=5))
+    runner = runner_for(model, 1, len(PROMPT) + 5, use_graph=False, greedy=True)
+    again = generate(model, [PROMPT], GenerateOptions(max_new_tokens=5))
+    assert runner_for(model, 1, len(PROMPT) + 5, use_graph=False, greedy=True) is runner
+    assert again.tokens == first.tokens

@@ -13,8 +13,8 @@ from typing import Any
 from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats, reason
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.llm.accounting import Accounting
-from evokernel.evolve.mutators.base import MutationContext, Proposal, Usage
 from evokernel.evolve.mutators.registry import MutatorSet
+from evokernel.evolve.types import MutationContext, Proposal, Usage
 from evokernel.tasks import blocks
 
 SEED = '''"""A toy candidate."""
@@ -95,7 +95,13 @@ def fake_result(code: str, device: str = "cuda") -> EvalResult:
 
 
 class FakeProblem:
-    def __init__(self, device: str = "cuda", delay_s: float = 0.0, seed_code: str = SEED):
+    def __init__(
+        self,
+        device: str = "cuda",
+        delay_s: float = 0.0,
+        seed_code: str = SEED,
+        screens: bool = False,
+    ):
         self.name = "toy"
         self.device = device
         self.seed_code = seed_code
@@ -107,15 +113,31 @@ class FakeProblem:
         self.fitness_kind = "speedup" if self.timed else "correctness"
         self.fitness_label = fit.fitness_label(device)
         self.delay_s = delay_s
+        self.screens = screens
         self.evaluated: list[str] = []
+        self.calls: list[dict[str, Any]] = []  # code, gpu, promote_above, thread of each call
         self._lock = threading.Lock()
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
+    def job(self, code: str, promote_above: float | None = None) -> Any:
+        raise NotImplementedError("a fake problem evaluates in this process only")
+
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
         with self._lock:
             self.evaluated.append(code)
+            call = {"code": code, "gpu": gpu, "promote_above": promote_above}
+            self.calls.append({**call, "thread": threading.current_thread().name})
         if self.delay_s:
             time.sleep(self.delay_s)
-        return fake_result(code, self.device)
+        result = fake_result(code, self.device)
+        if promote_above is not None and result.correct:
+            estimate = fit.geomean(s.speedup_ci[1] for s in result.scenarios if s.speedup_ci)
+            if estimate < promote_above:  # what the evaluator's cascade does
+                result.stage = "screened"
+                result.scenarios = result.scenarios[:1]
+                result.artifacts["cascade"] = f"estimate {estimate:.3f} < {promote_above:.3f}"
+        return result
 
     def fitness(self, result: EvalResult) -> float | None:
         return fit.kernel_fitness(result, self.device)

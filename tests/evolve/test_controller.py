@@ -14,8 +14,8 @@ from evokernel.errors import EvokernelError
 from evokernel.evolve.config import config_from_dict
 from evokernel.evolve.database import Program
 from evokernel.evolve.islands import Population, rank_key
-from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, Proposal
 from evokernel.evolve.session import Outcome, create_session, resume_session
+from evokernel.evolve.types import BudgetExceeded, MutationContext, Proposal
 
 
 def _cfg(**over):
@@ -111,7 +111,7 @@ def test_elites_never_lost_and_replaced_only_by_better(tmp_path):
 def test_duplicates_are_never_evaluated_twice(tmp_path):
     problem = FakeProblem()
     out, rows = _run(tmp_path / "r", _cfg(budget={"iterations": 30}), problem=problem)
-    from evokernel.evolve.mutators.base import code_digest
+    from evokernel.evolve.types import code_digest
 
     digests = [code_digest(c) for c in problem.evaluated]
     assert len(digests) == len(set(digests))
@@ -138,11 +138,11 @@ def test_same_seed_same_programs_in_the_same_order(tmp_path):
 class JitterProblem(FakeProblem):
     """Evaluations finish in a random order."""
 
-    def evaluate(self, code, *, slot=0):
+    def evaluate(self, code, **kwargs):
         import time
 
         time.sleep(random.random() * 0.03)
-        return super().evaluate(code, slot=slot)
+        return super().evaluate(code, **kwargs)
 
 
 class SlowMutator(KnobMutator):
@@ -170,6 +170,30 @@ def test_parallel_runs_are_deterministic(tmp_path):
     for p in _iters(a):  # iteration k saw only iterations <= k - 3
         parent = next(q for q in a if q.id == p.parent_ids[0])
         assert parent.visible_at <= p.iteration
+
+
+def test_rows_are_committed_in_iteration_order_whatever_finishes_first(tmp_path):
+    cfg = _cfg(seed=2, in_flight=4, evaluator={"workers": 4}, budget={"iterations": 16})
+    _, rows = _run(tmp_path / "r", cfg, problem=JitterProblem(), mutator=SlowMutator())
+    order = [p.iteration for p in rows if p.iteration >= 0 and not p.migrant]
+    assert order == list(range(16))
+
+
+class SameChildMutator(KnobMutator):
+    """Every island's first child is the same program."""
+
+    def propose(self, ctx: MutationContext) -> Proposal:
+        code = ctx.parent.code.replace("A = 1  #", "A = 2  #")
+        return Proposal(code=code, kind="test:same", description="A 1 -> 2")
+
+
+def test_reused_evaluations_are_counted(tmp_path):
+    problem = FakeProblem()
+    out, _ = _run(tmp_path / "r", _cfg(budget={"iterations": 3}), problem, SameChildMutator())
+    assert len(problem.evaluated) == 2  # the seed and the one child
+    assert out.summary.evaluated == 2 and out.summary.reused == 2
+    assert out.summary.duplicates == 0 and out.summary.rejected == 0
+    assert "2 evaluated (2 valid, 0 failed), 2 reused" in out.text()
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -267,7 +291,10 @@ def test_existing_run_dir_is_refused(tmp_path):
     _run(tmp_path / "r", _cfg(budget={"iterations": 1}))
     with pytest.raises(EvokernelError, match="--resume"):
         _run(tmp_path / "r", _cfg())
-    with pytest.raises(EvokernelError, match="no run to resume"):
+    with pytest.raises(EvokernelError, match="no such run directory"):
+        resume_session(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvokernelError, match="holds no run to resume"):
         resume_session(tmp_path / "empty")
 
 

@@ -56,4 +56,7 @@ def test_status_of_a_run_that_can_continue(tmp_path, capsys):
 
 def test_status_of_a_missing_run_is_a_one_line_error(tmp_path, capsys):
     assert main(["status", str(tmp_path / "nothing")]) == 2
-    assert "no run" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: no such run directory: {tmp_path / 'nothing'}\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["status", str(tmp_path / "empty")]) == 2
+    assert "holds no run to report on" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""Every engine kernel compiles for an H100 (sm_90) in bfloat16, float16 and float32.
+"""Every engine kernel compiles for an H100 (sm_90) in bfloat16, float16 and float32, and the
+fused decode kernels at Qwen3-0.6B's shapes keep their tiles in registers (no local memory).
 
 The interpreter runs kernels on the CPU but never compiles them, and cannot run bfloat16;
 this ahead-of-time compile (Triton's own ptxas, no GPU needed) catches what only the compiler
@@ -16,19 +17,43 @@ import pytest
 
 SCRIPT = textwrap.dedent(
     """
+    import os, re, subprocess, tempfile
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from evokernel.kernels.activation import silu_mul_kernel
+    from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
+    from evokernel.kernels.gemv import (argmax_finish_kernel, gemv_add_kernel,
+        norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
     from evokernel.kernels.rope import qk_norm_rope_append_kernel
 
-    def compile_one(fn, args, consts, num_warps):
+    CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+
+    def compile_one(fn, args, consts, num_warps, aligned=()):
+        # `aligned`: pointer/stride arguments Triton's launcher would specialise as
+        # divisible by 16 (it does for every such value at run time): loads vectorise.
         sig = dict(args, **{k: "constexpr" for k in consts})
-        src = ASTSource(fn=fn, signature=sig, constexprs=consts)
+        names = list(sig)
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
         target = GPUTarget("cuda", 90, 32)
         out = triton.compile(src, target=target, options={"num_warps": num_warps})
         assert "cubin" in out.asm, fn.__name__
+        return out
+
+    def no_spills(out, what):
+        # Spilled registers (local memory) would put the decode kernels' weight tiles
+        # through memory a second time.
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(out.asm["cubin"])
+            f.flush()
+            usage = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name],
+                                   capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\\d+) STACK:(\\d+) SHARED:\\d+ LOCAL:(\\d+)", usage)
+        assert m, usage
+        assert m.group(3) == "0", f"{what}: local memory {m.group(0)}"
+        print(what, m.group(0))
 
     for dt in ("bf16", "fp16", "fp32"):
         p = "*" + dt
@@ -45,6 +70,54 @@ SCRIPT = textwrap.dedent(
                 "q_out_ptr": p, "k_cache_ptr": p, "v_cache_ptr": p, "T": "i32", "Hq": "i32",
                 "Hkv": "i32", "S": "i32", "P": "i32", "stride_qkv": "i32", "eps": "fp32"},
                 {"D": 128, "BLOCK_H": heads, "BLOCK_HALF": 64}, warps)
+
+    # The fused decode kernels at Qwen3-0.6B's shapes in bf16 with PDL on, as
+    # ops/decode.py launches them with the default tuning on a 132-SM GPU.
+    p = "*bf16"
+    gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "M": "i32", "N": "i32",
+            "stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
+    flags = {"PDL": True}
+    ptrs = ("x_ptr", "w_ptr", "stride_x", "stride_w")
+    for rows, block_n in ((1, 16), (8, 16)):
+        out = compile_one(norm_gemv_kernel, gemv, {"K": 1024, "BLOCK_M": rows,
+            "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, **flags}, 8, ptrs)
+        no_spills(out, f"norm_gemv qkv M={rows}")
+    add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32",
+           "stride_w": "i32", "stride_res": "i32"}
+    for k, block_k in ((2048, 2048), (3072, 4096)):
+        out = compile_one(gemv_add_kernel, add, {"K": k, "BLOCK_M": 1, "BLOCK_N": 8,
+            "BLOCK_K": block_k, **flags}, 8, ptrs)
+        no_spills(out, f"gemv_add K={k}")
+    gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "I": "i32",
+               "stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
+    out = compile_one(norm_gate_up_kernel, gate_up, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 8,
+        "BLOCK_K": 1024, **flags}, 8, ptrs)
+    no_spills(out, "norm_gate_up")
+    head = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "best_ptr": "*fp32", "arg_ptr": "*i32",
+            "logits_ptr": "*fp32", "M": "i32", "V": "i32", "P": "i32", "stride_x": "i32",
+            "stride_w": "i32", "stride_logits": "i32", "eps": "fp32"}
+    for logits in (False, True):
+        out = compile_one(norm_head_kernel, head, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 16,
+            "BLOCK_K": 1024, "WRITE_LOGITS": logits, "PDL": True}, 8, ptrs)
+        no_spills(out, f"norm_head logits={logits}")
+    compile_one(argmax_finish_kernel, {"best_ptr": "*fp32", "arg_ptr": "*i32",
+        "token_ptr": "*i64", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "P": "i32"},
+        {"BLOCK_P": 1024, "ADVANCE": True, "PDL": True}, 4)
+    attn = {"q_ptr": p, "q_norm_ptr": p, "k_norm_ptr": p, "cos_ptr": "*fp32",
+            "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "k_ptr": p,
+            "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32", "scale": "fp32",
+            "eps": "fp32", "SPLIT": "i32", "Hkv": "i32", "S": "i32", "P": "i32",
+            "stride_qb": "i32", "stride_qh": "i32",
+            "stride_kb": "i32", "stride_kh": "i32", "stride_ks": "i32", "stride_vb": "i32",
+            "stride_vh": "i32", "stride_vs": "i32", "stride_ob": "i32", "stride_oh": "i32"}
+    for fused, direct in ((True, True), (True, False)):
+        out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128, "BLOCK_G": 16,
+            "BLOCK_N": 64, "FUSED": fused, "DIRECT": direct, "IEEE": False, **flags}, 4,
+            ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
+        no_spills(out, f"attention direct={direct}")
+    compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
+        "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},
+        {"D": 128, "BLOCK_S": 32, "PDL": True}, 4)
     print("compiled")
     """
 )

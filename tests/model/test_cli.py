@@ -61,7 +61,7 @@ def test_random_shape_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     [
         (["--kv-heads", "3"], "error: preset 'tiny': num_attention_heads (4) is not a multiple"),
         (["--vocab", "100"], "error: vocab_size must be at least 259"),
-        (["--shards", "0"], "error: shards must be a positive integer, got 0"),
+        (["--shards", "0"], "error: --shards must be >= 1, got 0"),
     ],
 )
 def test_random_bad_flags_one_line(

@@ -130,10 +130,6 @@ def _generation_config_not_json(d: Path) -> None:
     (d / "generation_config.json").write_text("eos")
 
 
-def _eos_beyond_vocab(d: Path) -> None:
-    edit_json(d / "config.json", eos_token_id=9999)
-
-
 CASES: dict[str, tuple[Callable[[Path], None], dict[str, object], str]] = {
     # name: (break it, checkpoint options, expected message fragment)
     "missing tensor": (_missing_tensor, {}, f"missing tensor {UP!r}"),
@@ -193,7 +189,6 @@ CASES: dict[str, tuple[Callable[[Path], None], dict[str, object], str]] = {
         {},
         "generation_config.json: not valid JSON",
     ),
-    "eos beyond vocab": (_eos_beyond_vocab, {}, "eos_token_id 9999 is not a token id below"),
 }
 
 

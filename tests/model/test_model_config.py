@@ -97,7 +97,12 @@ def test_rope_parameters_win_over_top_level_theta() -> None:
         ({"vocab_size": "big"}, "vocab_size must be a positive integer"),
         ({"rms_norm_eps": "tiny"}, "rms_norm_eps has the wrong type"),
         ({"torch_dtype": "int8"}, "unsupported dtype 'int8'"),
-        ({"bos_token_id": 200000}, "bos_token_id 200000 is not a token id below vocab_size"),
+        ({"bos_token_id": -1}, "bos_token_id -1 is not a token id below vocab_size"),
+        ({"layer_types": ["full_attention"]}, "layer_types has 1 entries; num_hidden_layers is 28"),
+        ({"rope_theta": float("inf")}, "rope_theta must be finite and > 0, got inf"),
+        ({"rms_norm_eps": float("nan")}, "rms_norm_eps must be finite and > 0, got nan"),
+        ({"rope_theta": 10**400}, "rope_theta is out of range for a float"),
+        ({"rms_norm_eps": 10**400}, "rms_norm_eps is out of range for a float"),
         ({"eos_token_id": [151645, "x"]}, "eos_token_id must hold token ids"),
     ],
 )
@@ -116,8 +121,20 @@ def test_generation_config_eos_ids(tmp_path: Path) -> None:
     assert Qwen3Config.from_dir(tmp_path).eos_token_ids == (151645, 151643)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
     assert Qwen3Config.from_dir(tmp_path).eos_token_ids == (151645, 151643)
-    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [300000]}))
-    with pytest.raises(
-        CheckpointError, match=r"generation_config\.json: eos_token_id 300000 is not"
-    ):
-        Qwen3Config.from_dir(tmp_path)
+
+
+def test_ids_outside_the_vocabulary_are_dropped_with_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hub config.json on a smaller vocabulary: transformers loads it, and so do we."""
+    small = HUB_06B | {"vocab_size": 1000, "eos_token_id": [151645, 7]}
+    (tmp_path / "config.json").write_text(json.dumps(small))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [300000, 9]}))
+    for _ in range(2):
+        cfg = Qwen3Config.from_dir(tmp_path)
+        assert cfg.eos_token_ids == (7, 9) and cfg.bos_token_id is None
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {tmp_path}: token ids outside the vocabulary [0, 1000) ignored: "
+        "config.json eos_token_id 151645; config.json bos_token_id 151643; "
+        "generation_config.json eos_token_id 300000"
+    ]

@@ -62,22 +62,22 @@ def compile_attention(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[s
     """`shapes`: also a 5:1 group with D=64 (else Qwen3's 2:1, D=128 only)."""
     m = _load("gqa_decode_attention", knobs)
     p = "*" + dtype
-    part = "*fp32" if m.SPLIT > 1 else p
     strides = ["qb", "qh", "kb", "kh", "ks", "vb", "vh", "vs", "ob", "oh"]
     sig = {"q_ptr": p, "k_ptr": p, "v_ptr": p, "seq_lens_ptr": "*i32", "out_ptr": p}
-    sig |= {"part_ptr": part, "lse_ptr": part, "scale": "fp32", "HQ": "i32"}
-    sig |= {f"stride_{s}": "i32" for s in strides}
+    sig |= {"part_ptr": "*fp32", "lse_ptr": "*fp32", "scale": "fp32", "SPLIT": "i32"}
+    sig |= {"Hkv": "i32"} | {f"stride_{s}": "i32" for s in strides}
     lines = []
     for group, d in ((2, 128), (5, 64))[: 2 if shapes else 1]:
-        consts = {"GROUP": group, "D": d, "BLOCK_D": d, "BLOCK_N": m.BLOCK_N, "SPLIT": m.SPLIT}
-        shared = _compile(m._decode_split, sig, consts, m.NUM_WARPS, m.NUM_STAGES)
-        lines.append(f"_decode_split {dtype} {consts} warps={m.NUM_WARPS}: {shared} B shared")
-    if m.SPLIT > 1:
-        csig = {"seq_lens_ptr": "*i32", "part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p}
-        csig |= {"HQ": "i32", "stride_ob": "i32", "stride_oh": "i32"}
-        consts = {"D": 128, "BLOCK_D": 128, "SPLIT": m.SPLIT}
-        shared = _compile(m._decode_combine, csig, consts, 4, 1)
-        lines.append(f"_decode_combine {dtype} {consts}: {shared} B shared")
+        for direct in (True, False):
+            consts = {"GROUP": group, "D": d, "BLOCK_G": 16, "BLOCK_N": m.BLOCK_N}
+            consts |= {"DIRECT": direct, "IEEE": dtype == "fp32"}
+            shared = _compile(m._attend, sig, consts, m.NUM_WARPS, 1)
+            lines.append(f"_attend {dtype} {consts} warps={m.NUM_WARPS}: {shared} B shared")
+    csig = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p, "Hq": "i32", "SPLIT": "i32"}
+    csig |= {"stride_ob": "i32", "stride_oh": "i32"}
+    consts = {"D": 128, "BLOCK_S": 64}
+    shared = _compile(m._combine, csig, consts, 4, 1)
+    lines.append(f"_combine {dtype} {consts}: {shared} B shared")
     return lines
 
 

@@ -17,7 +17,7 @@ def test_lists_every_task_with_interface_scenarios_and_knobs(capsys):
         "def linear(x, weight):",
         "b1_ctx65536",
         "lm_head_m1",
-        "SPLIT=1 of {1, 4, 8, 16, 32, 64}",
+        "DIRECT_MAX=256 of {128, 256, 512}",
         "SPLIT_K=1 of {1, 2, 4, 8}",
         "sdpa_sliced",
         "F.linear",
@@ -33,7 +33,7 @@ def test_json_ends_stdout_with_one_line(capsys):
     assert info["name"] == "gqa_decode_attention" and info["entry_point"] == "attention"
     assert info["dtypes"] == {"cuda": ["bfloat16", "float16"], "cpu": ["float32", "float16"]}
     assert info["tolerances"]["float32"] == {"rel_l2": 1e-5, "max_abs_rel": 1e-5}
-    assert info["knob_space"] == 54 and [k["name"] for k in info["knobs"]][-1] == "SPLIT"
+    assert info["knob_space"] == 54 and [k["name"] for k in info["knobs"]][-1] == "DIRECT_MAX"
     cuda = {s["name"]: s for s in info["scenarios"]["cuda"]}
     assert cuda["b1_ctx4096"]["regime"] == "long" and cuda["b1_ctx128"]["regime"] == "short"
     assert cuda["b1_ctx1024"]["rotating_bytes"] == 2 * 1024 * 8 * 128 * 2

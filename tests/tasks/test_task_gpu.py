@@ -87,7 +87,7 @@ def _replay_checks(task, fn, inputs: dict, update) -> None:
         assert passes(out.cpu(), task.reference(cpu), task.tolerance(dtype)), f"replay {step}"
 
 
-@pytest.mark.parametrize("knobs", [{}, {"SPLIT": 8, "BLOCK_N": 32}])
+@pytest.mark.parametrize("knobs", [{}, {"DIRECT_MAX": 128, "MIN_CHUNK": 64, "BLOCK_N": 32}])
 def test_attention_seed_replays_in_a_cuda_graph(knobs, tmp_path):
     task = get_task("gqa_decode_attention")
     fn = load_candidate(task.seed_candidate, tmp_path, knobs).attention

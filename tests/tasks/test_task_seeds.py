@@ -75,7 +75,7 @@ def test_seed_is_correct_on_other_hidden_draws(name, tmp_path):
 
 # Small shapes that still exercise every edge: odd and mixed lengths, seq_len 1 and S_max,
 # D=64 and 128, groups of 2 and 1; N and K below one tile and several tiles deep. Few programs:
-# the interpreter runs them one by one, and SPLIT=64 multiplies them.
+# the interpreter runs them one by one. S_max 140 splits the context when DIRECT_MAX is 128.
 KNOB_SCENARIOS = {
     "gqa_decode_attention": [
         Scenario("mixed", {"B": 2, "Hq": 2, "Hkv": 1, "D": 64, "S_max": 75, "seq_lens": (1, 75)}),
@@ -103,11 +103,14 @@ def test_knob_combinations_are_correct(name, knobs, tmp_path):
     _check(task, fn, KNOB_SCENARIOS[name], (torch.float32, torch.float16))
 
 
-def test_every_split_of_the_attention_seed_handles_short_sequences(tmp_path):
-    # More chunks than positions: empty chunks must be skipped by the combine.
+def test_every_chunk_size_of_the_attention_seed_handles_short_sequences(tmp_path):
+    # A long cache splits the context into chunks; a short sequence leaves most of them
+    # empty, and the combine must skip those.
     task = get_task("gqa_decode_attention")
-    s = Scenario("short", {"B": 2, "Hq": 2, "Hkv": 1, "D": 64, "S_max": 9, "seq_lens": (3, 9)})
-    splits = next(k for k in parse_knobs(task.seed_candidate.read_text()) if k.name == "SPLIT")
-    for split in splits.choices:
-        module = load_candidate(task.seed_candidate, tmp_path, {"SPLIT": split, "BLOCK_N": 32})
+    s = Scenario("short", {"B": 2, "Hq": 2, "Hkv": 1, "D": 64, "S_max": 300, "seq_lens": (3, 300)})
+    chunks = next(k for k in parse_knobs(task.seed_candidate.read_text()) if k.name == "MIN_CHUNK")
+    for chunk in chunks.choices:
+        knobs = {"MIN_CHUNK": chunk, "DIRECT_MAX": 128, "BLOCK_N": 32}
+        module = load_candidate(task.seed_candidate, tmp_path, knobs)
+        assert module._split(300, 2, torch.device("cpu")) > 1
         _check(task, module.attention, [s], (torch.float32,))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -160,6 +161,8 @@ def run_offline(task: str, device: str, evals: int, out: Path, args: argparse.Na
     from evokernel.evolve.session import create_session
 
     workers = args.offline_workers or (2 if device == "cuda" else 1)
+    left = args.deadline - time.monotonic()
+    wall_s = max(1.0, left) if math.isfinite(left) else 0.0  # 0: no limit
     cfg = config_from_dict(
         {
             "seed": args.seed,
@@ -169,7 +172,7 @@ def run_offline(task: str, device: str, evals: int, out: Path, args: argparse.Na
             # the seed is the first evaluation; --max-minutes bounds the session
             "budget": {
                 "iterations": max(0, evals - 1),
-                "wall_time_s": max(1.0, args.deadline - time.monotonic()),
+                "wall_time_s": wall_s,
             },
             "evaluator": {
                 "workers": workers,

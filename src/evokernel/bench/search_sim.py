@@ -131,8 +131,14 @@ class TableProblem:
         self.fitness_label = fit.fitness_label("cuda")
         self.names = [k.name for k in blocks.parse_knobs(self.seed_code)]
         self.land = land
+        self.screens = False  # the landscape holds whole evaluations: no cascade
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
+    def job(self, code: str, promote_above: float | None = None) -> Any:
+        raise NotImplementedError("a table landscape is looked up in this process only")
+
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
         values = blocks.knob_values(code)
         lowers = self.land.get(tuple(values[n] for n in self.names), {})
         stats = TimingStats(median_us=1.0, p5_us=1.0, p95_us=1.0, n=1, outliers_dropped=0)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
+
+from evokernel.cli import args as checked
 
 ORDER = 60
 
@@ -26,10 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", choices=("cuda", "cpu"), default=None, help="default: CUDA if present"
     )
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
-    p.add_argument("--seed", type=int, default=None, help="input seed (default: random, hidden)")
+    p.add_argument(
+        "--seed",
+        default=None,
+        metavar="N",
+        help="input seed in [0, 2**63) (default: random, hidden)",
+    )
     p.add_argument("--no-time", action="store_true", help="correctness only")
-    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
-    p.add_argument("--scenarios", default=None, help="comma-separated public scenarios")
+    p.add_argument(
+        "--timeout", default=None, metavar="S", help="wall-clock limit in seconds, finite and > 0"
+    )
+    p.add_argument("--scenarios", default=None, help="comma-separated public scenario names")
     p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
     p.add_argument(
         "--allow-unsandboxed",
@@ -90,25 +100,30 @@ def _terminated(signum: int, _frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evokernel import device as devices
     from evokernel.evaluate import EvalOptions, evaluate, isolation_status
     from evokernel.evaluate.api import check_arguments, read_candidate
 
-    fields: dict[str, object] = {"seed": args.seed, "time": not args.no_time}
+    candidate: Path = checked.regular_file(args.candidate, "CANDIDATE")
+    seed = None if args.seed is None else checked.seed(args.seed)
+    fields: dict[str, object] = {"seed": seed, "time": not args.no_time}
     if args.timeout is not None:
-        fields["timeout_s"] = args.timeout
-    if args.scenarios:
-        fields["scenarios"] = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+        fields["timeout_s"] = checked.real(args.timeout, "--timeout", lo=0.0, lo_open=True)
+    if args.scenarios is not None:
+        fields["scenarios"] = checked.name_list(args.scenarios, "--scenarios")
     if args.no_static:
         fields["static_check"] = False
     if args.allow_unsandboxed:
         fields["allow_unsandboxed"] = True
     options = EvalOptions(**fields)  # type: ignore[arg-type]
     check_arguments(args.task, args.device, options)  # bad input: one line, before anything
-    read_candidate(args.candidate)
+    read_candidate(candidate)
+    if devices.resolve(args.device) == "cpu":
+        devices.check_interpreter()  # candidates are Triton kernels, interpreted on the CPU
     # SIGTERM unwinds like Ctrl-C, so the worker and its scratch directory are cleaned up.
     signal.signal(signal.SIGTERM, _terminated)
     print(isolation_status().line, file=sys.stderr, flush=True)
-    result = evaluate(args.task, args.candidate, device=args.device, options=options)
+    result = evaluate(args.task, candidate, device=args.device, options=options)
     print(render(result))
     if args.json:
         print(result.to_json())

@@ -2,13 +2,16 @@
 
     evokernel evolve --task TASK [--config FILE.yaml] [--iterations N] [--out RUN_DIR]
                      [--resume] [--device cuda|cpu] [--seed N] [--json]
+                     [--backend local|ray] [--ray-address ADDR]
     evokernel evolve --task TASK --program START.py [...]   start from START.py, not the seed
     evokernel evolve --program P.py --evaluator E.py [same options]
 
 Live progress while it runs; at the end a per-scenario summary table (the dispatch table),
 and RUN_DIR/best.py, dispatch.json and summary.json. `--json` ends stdout with one JSON line
 (the summary). Exit 0 when the run stopped normally, 130 when interrupted (resume it with
-`--resume --out RUN_DIR`).
+`--resume --out RUN_DIR`), 2 with one line on stderr for bad input or a backend that cannot
+evaluate. `--backend ray` evaluates on a Ray cluster (docs/scale-out.md); a resumed run may
+change its backend, nothing else.
 """
 
 from __future__ import annotations
@@ -41,11 +44,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--evaluator", type=Path, help="generic task: file defining evaluate(path) -> dict"
     )
     p.add_argument("--config", type=Path, help="YAML overriding evolve/default_config.yaml")
-    p.add_argument("--iterations", type=int, help="iterations of the run (budget.iterations)")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        help="iterations of the run (budget.iterations, at most 1000000); with --resume, a new "
+        "target",
+    )
     p.add_argument("--out", type=Path, help="run directory (default runs/<task>-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out (only --iterations, --backend, --ray-address may change)",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when present")
     p.add_argument("--seed", type=int, help="seed of the search's random choices")
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        help="where evaluations run (backend.kind): local = this machine, one worker per GPU; "
+        "ray = a Ray cluster (pip install 'evokernel[ray]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to use (backend.address): HOST:PORT, ray://HOST:PORT or auto; "
+        "default: $RAY_ADDRESS, else a new local cluster",
+    )
     p.add_argument("--json", action="store_true", help="end stdout with the summary as JSON")
     p.set_defaults(func=run)
 
@@ -55,11 +79,8 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.errors import ConfigError
     from evokernel.evolve.session import Request, open_session
 
-    if args.iterations is not None and args.iterations < 0:
-        raise ConfigError("--iterations must be >= 0")
     signal.signal(signal.SIGTERM, _terminate)
     req = Request(
         task=args.task,
@@ -71,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         device=args.device,
         seed=args.seed,
+        backend=args.backend,
+        ray_address=args.ray_address,
     )
     session = open_session(req)
     try:

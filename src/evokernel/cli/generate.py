@@ -2,7 +2,7 @@
 
 evokernel generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N
     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--device cuda|cpu]
-    [--dtype D] [--ops torch|triton] [--no-graph] [--json]
+    [--dtype D] [--ops torch|triton] [--no-pdl] [--no-graph] [--json]
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from evokernel.errors import EvokernelError
+from evokernel.cli import args as checked
+from evokernel.errors import ConfigError
 
 ORDER = 20
 
@@ -25,12 +26,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", metavar="TEXT", help="text (needs tokenizer.json in DIR)")
     prompt.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids")
-    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    p.add_argument(
+        "--max-new-tokens",
+        default=128,
+        metavar="N",
+        help="at least 1; prompt + N must fit the model's positions (default 128)",
+    )
     add_engine_args(p)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--temperature",
+        default=0.0,
+        metavar="T",
+        help="0 = greedy (default); sampling takes a finite value >= 1e-05",
+    )
+    p.add_argument("--top-p", default=1.0, metavar="P", help="nucleus mass in (0, 1] (default 1)")
+    p.add_argument(
+        "--top-k", default=0, metavar="K", help="0 = off (default), at most the vocabulary size"
+    )
+    p.add_argument("--seed", default=0, metavar="S", help="sampling seed in [0, 2**63) (default 0)")
     p.add_argument("--ignore-eos", action="store_true", help="always decode --max-new-tokens")
     p.add_argument("--no-graph", action="store_true", help="decode eagerly on CUDA")
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
@@ -38,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """--device, --dtype, --ops: shared by generate and verify."""
+    """--device, --dtype, --ops, --no-pdl: shared by generate and verify."""
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
     )
@@ -55,45 +68,77 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         help="op implementations: our Triton kernels and task seeds, or torch (default: triton "
         "on CUDA; torch on the CPU, where Triton runs only under its slow interpreter)",
     )
+    p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="launch the Triton decode kernels without programmatic dependent launch (on by "
+        "default on sm_90+ GPUs; this measures what it buys)",
+    )
 
 
 def resolve_ops(args: argparse.Namespace) -> str:
-    """The --ops value, with the device's default filled in (and stored back in args)."""
-    if args.ops is None:
-        from evokernel import device as devices
+    """The --ops value, with the device's default filled in (and stored back in args).
 
-        args.ops = "triton" if devices.resolve(args.device) == "cuda" else "torch"
+    Triton ops on the CPU run under Triton's interpreter: its environment is checked here, so
+    an incompatible one is a one-line error before anything is loaded."""
+    from evokernel import device as devices
+
+    device = devices.resolve(args.device)
+    if args.ops is None:
+        args.ops = "triton" if device == "cuda" else "torch"
+    if args.ops == "triton" and device == "cpu":
+        devices.check_interpreter(", or use --ops torch")
     return str(args.ops)
 
 
 def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
-    try:
-        ids = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise EvokernelError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if not ids:
-        raise EvokernelError(f"{flag}: no token ids given")
-    return ids
+    """Comma-separated token ids (see `evokernel.cli.args.int_list`)."""
+    return checked.int_list(text, flag)
 
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import encode_prompt, load_engine, load_tokenizer
+    from evokernel.model.config import Qwen3Config, is_regular_file
+    from evokernel.model.tokenizer import TOKENIZER_FILE
     from evokernel.ops.sampling import SamplingParams
 
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    prompt = (
-        parse_ids(args.prompt_ids) if args.prompt_ids else encode_prompt(args.model, args.prompt)
+    model_dir = checked.existing_dir(args.model, "--model")
+    max_new = checked.integer(args.max_new_tokens, "--max-new-tokens", lo=1)
+    top_k = checked.integer(args.top_k, "--top-k", lo=0)
+    sampling = SamplingParams(
+        checked.real(args.temperature, "--temperature", lo=0.0),
+        top_k,
+        checked.real(args.top_p, "--top-p", lo=0.0, hi=1.0, lo_open=True),
     )
-    model = load_engine(args.model, args.device, args.dtype, resolve_ops(args))
+    seed = checked.seed(args.seed)
+    ops = resolve_ops(args)
+    # The config alone bounds the prompt, the new tokens and top-k: checked before loading.
+    cfg = Qwen3Config.from_dir(model_dir)
+    is_regular_file(model_dir / TOKENIZER_FILE)  # a FIFO or directory there is an error
+    if top_k > cfg.vocab_size:
+        raise ConfigError(f"--top-k must be <= the vocabulary size {cfg.vocab_size}, got {top_k}")
+    if args.prompt_ids is not None:
+        prompt = parse_ids(args.prompt_ids)
+    else:
+        prompt = encode_prompt(model_dir, args.prompt)
+    cfg.check_tokens(prompt, max_new, "--max-new-tokens")
+    model = load_engine(
+        model_dir,
+        args.device,
+        args.dtype,
+        ops,
+        max_seq_len=len(prompt) + max_new,
+        pdl=False if args.no_pdl else None,
+    )
     options = GenerateOptions(
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=max_new,
         sampling=sampling,
-        seed=args.seed,
+        seed=seed,
         eos_token_ids=() if args.ignore_eos else model.cfg.eos_token_ids,
         use_graph=False if args.no_graph else None,
     )
-    result = generate(model, [prompt], options, load_tokenizer(args.model))
+    result = generate(model, [prompt], options, load_tokenizer(model_dir))
     tokens = result.tokens[0]
     text = result.text[0] if result.text is not None else None
 

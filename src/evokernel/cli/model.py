@@ -4,7 +4,7 @@
         [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--hidden N]
         [--intermediate N] [--vocab N] [--untied] [--shards N]
         [--config-layout transformers5|legacy] [--no-tokenizer] [--json]
-    evokernel model info DIR [--json]
+    evokernel model info DIR [--skip-values] [--json]
 
 `--json` ends stdout with one JSON line (the checkpoint summary of `model info`).
 """
@@ -15,6 +15,8 @@ import argparse
 import json
 import time
 from typing import Any
+
+from evokernel.cli import args as checked
 
 ORDER = 10
 
@@ -51,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="qwen3-0.6b",
         help="model shapes (default: qwen3-0.6b; tiny is for CPU tests)",
     )
-    r.add_argument("--seed", type=int, default=0, help="weights seed (default 0)")
+    r.add_argument("--seed", default=0, metavar="N", help="weights seed in [0, 2**63) (default 0)")
     r.add_argument(
         "--dtype",
         choices=("bfloat16", "float16", "float32"),
@@ -67,10 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("--intermediate", "MLP intermediate size"),
         ("--vocab", "vocabulary size (at least 259: bytes + special tokens)"),
     ):
-        r.add_argument(flag, type=int, metavar="N", help=help_text)
+        r.add_argument(flag, metavar="N", help=help_text + " (a positive integer)")
     r.add_argument("--untied", action="store_true", help="write a separate lm_head.weight")
     r.add_argument(
-        "--shards", type=int, default=1, metavar="N", help="split weights over N files + index"
+        "--shards", default=1, metavar="N", help="split weights over N >= 1 files + index"
     )
     r.add_argument(
         "--config-layout",
@@ -87,41 +89,49 @@ def register(sub: argparse._SubParsersAction) -> None:
         "info",
         help="check a checkpoint directory and print its summary",
         description=(
-            "Check config.json and every safetensors header, name, shape and dtype (no tensor "
-            "data is read, except to compare a tied checkpoint's stored lm_head) and print "
-            "the architecture, sizes, tied/untied head and files. Exit 0 only if it loads."
+            "Check config.json, every safetensors header, name, shape and dtype, and every "
+            "tensor's values for NaN and Inf, then print the architecture, sizes, tied/untied "
+            "head and files. Exit 0 only if it loads."
         ),
     )
     i.add_argument("model_dir", metavar="DIR", help="checkpoint directory")
+    i.add_argument(
+        "--skip-values",
+        action="store_true",
+        help="do not read tensor values (the NaN/Inf scan reads every byte of the weights: "
+        "seconds per GB); headers and config only",
+    )
     i.add_argument("--json", action="store_true", help="end stdout with one JSON line")
     i.set_defaults(func=run_info)
 
 
 def run_random(args: argparse.Namespace) -> int:
     from evokernel.model.checkpoint import inspect_checkpoint
-    from evokernel.model.random import write_random_checkpoint
+    from evokernel.model.random import MAX_LAYERS, write_random_checkpoint
 
+    out_dir = checked.output_dir(args.out_dir, "OUT_DIR")
+    seed = checked.seed(args.seed)
     overrides: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("layers", args.layers),
-            ("heads", args.heads),
-            ("kv_heads", args.kv_heads),
-            ("head_dim", args.head_dim),
-            ("hidden", args.hidden),
-            ("intermediate", args.intermediate),
-            ("vocab", args.vocab),
+        key: checked.integer(value, flag, lo=1, hi=MAX_LAYERS if key == "layers" else None)
+        for key, flag, value in (
+            ("layers", "--layers", args.layers),
+            ("heads", "--heads", args.heads),
+            ("kv_heads", "--kv-heads", args.kv_heads),
+            ("head_dim", "--head-dim", args.head_dim),
+            ("hidden", "--hidden", args.hidden),
+            ("intermediate", "--intermediate", args.intermediate),
+            ("vocab", "--vocab", args.vocab),
         )
         if value is not None
     }
     start = time.perf_counter()
     out = write_random_checkpoint(
-        args.out_dir,
+        out_dir,
         preset=args.preset,
-        seed=args.seed,
+        seed=seed,
         dtype=args.dtype,
         untied=args.untied,
-        shards=args.shards,
+        shards=checked.integer(args.shards, "--shards", lo=1),
         layout=args.config_layout,
         tokenizer=not args.no_tokenizer,
         **overrides,
@@ -129,20 +139,24 @@ def run_random(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     summary = inspect_checkpoint(out).summary()
     print(
-        f"wrote {out}: preset {args.preset}, seed {args.seed}, "
+        f"wrote {out}: preset {args.preset}, seed {seed}, "
         f"{summary['num_parameters'] / 1e6:.1f}M parameters, "
         f"{_size(summary['file_bytes'])} in {len(summary['shards'])} file(s), "
         f"{seconds:.1f} s"
     )
     if args.json:
-        print(json.dumps(summary | {"preset": args.preset, "seed": args.seed}))
+        print(json.dumps(summary | {"preset": args.preset, "seed": seed}))
     return 0
 
 
 def run_info(args: argparse.Namespace) -> int:
     from evokernel.model.checkpoint import inspect_checkpoint
+    from evokernel.model.finite import check_files
 
-    s = inspect_checkpoint(args.model_dir).summary()
+    ckpt = inspect_checkpoint(checked.existing_dir(args.model_dir, "DIR"))
+    if not args.skip_values:
+        check_files(ckpt)
+    s = ckpt.summary() | {"values_checked": not args.skip_values}
     dtypes = ", ".join(f"{k}: {v} tensors" for k, v in s["disk_dtypes"].items())
     eos = ", ".join(map(str, s["eos_token_ids"])) or "none"
     files = ", ".join(s["shards"]) + (f" (index {s['index']})" if s["index"] else "")
@@ -161,6 +175,7 @@ def run_info(args: argparse.Namespace) -> int:
         f"{_size(s['weight_bytes'])} ({dtypes}); lm_head {s['lm_head']}"
     )
     print(f"files       {len(s['shards'])}: {files}, {s['file_bytes']} bytes in all")
+    print(f"values      {'all finite' if s['values_checked'] else 'not read (--skip-values)'}")
     if s["ignored_tensors"]:
         print(f"ignored     {len(s['ignored_tensors'])} tensors: {s['ignored_tensors'][0]}, ...")
     print(

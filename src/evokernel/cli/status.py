@@ -2,8 +2,11 @@
 
 Works while the run is going (the database is read, never written) and after it ended.
 `--json` ends stdout with one JSON line holding at least `evaluated`, `iterations_done`,
-`iterations_target`, `best` ({id, fitness, ...} or null), `valid`, `failed`, `islands`
-(member programs per island), `tokens`, `cost_usd`, `running` and `finished`.
+`iterations_target`, `best` ({id, fitness, ...} or null), `valid`, `failed`, `screened`,
+`reused`, `rejected`, `duplicates`, `requeued`, `islands` (member programs per island),
+`tokens`, `cost_usd`, `running`, `finished`, `stop_reason` and `error`. A missing directory,
+or one whose database is not a run's (garbage, truncated, empty), is one `error:` line, exit 2;
+the database is only read.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from evokernel.errors import TaskError
+
 ORDER = 50
 
 
@@ -22,7 +24,9 @@ def run(args: argparse.Namespace) -> int:
     from evokernel.tasks import all_tasks, get_task
     from evokernel.tasks.describe import describe, render
 
-    tasks = [get_task(args.name)] if args.name else all_tasks()
+    if args.name is not None and not args.name.strip():
+        raise TaskError("empty task name (omit NAME to list every task)")
+    tasks = [get_task(args.name)] if args.name is not None else all_tasks()
     infos = [describe(t) for t in tasks]
     print("\n\n".join(render(info) for info in infos))
     if args.json:

@@ -1,7 +1,8 @@
 """`evokernel verify`: compare the engine with transformers, step by step (engine/verify.py).
 
-    evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D] [--ops torch|triton]
-        [--prompt-ids 1,2,3] [--threshold X] [--fp32-ref | --no-fp32-ref] [--json]
+    evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D]
+        [--ops torch|triton] [--no-pdl] [--prompt-ids 1,2,3] [--threshold X]
+        [--fp32-ref | --no-fp32-ref] [--json]
 
 Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
 bf16/fp16 as close to the float32 model as transformers itself); 1 with a one-line reason
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+from evokernel.cli import args as checked
 from evokernel.cli.generate import add_engine_args, parse_ids, resolve_ops
 
 ORDER = 30
@@ -29,11 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint directory")
-    p.add_argument("--steps", type=int, default=32, metavar="N", help="decode steps compared")
+    p.add_argument(
+        "--steps",
+        default=32,
+        metavar="N",
+        help="decode steps compared, at least 1; prompt + N must fit the model's positions "
+        "(default 32)",
+    )
     add_engine_args(p)
     p.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids (default: fixed)")
     p.add_argument(
-        "--threshold", type=float, default=None, help="KL mean limit (default 1e-5 fp32, 1e-3 bf16)"
+        "--threshold",
+        default=None,
+        metavar="X",
+        help="KL mean limit, finite and >= 0 (default 1e-5 fp32, 1e-3 bf16)",
     )
     p.add_argument(
         "--fp32-ref",
@@ -48,16 +59,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.verify import verify
 
-    prompt = parse_ids(args.prompt_ids) if args.prompt_ids else None
+    model_dir = checked.existing_dir(args.model, "--model")
+    steps = checked.integer(args.steps, "--steps", lo=1)
+    threshold = None if args.threshold is None else checked.real(args.threshold, "--threshold", 0.0)
+    prompt = parse_ids(args.prompt_ids) if args.prompt_ids is not None else None
     result = verify(
-        args.model,
+        model_dir,
         device=args.device,
         dtype=args.dtype,
         ops=resolve_ops(args),
-        steps=args.steps,
+        steps=steps,
         prompt=prompt,
-        threshold=args.threshold,
+        threshold=threshold,
         fp32_reference=args.fp32_ref,
+        pdl=False if args.no_pdl else None,
     )
     print(
         f"{result.steps} steps after a {result.prompt_len}-token prompt, {result.device} "

@@ -7,15 +7,16 @@ decodes at its own position). The first new token comes from the prefill logits;
 step adds one more per sequence. A sequence stops after emitting an EOS id (kept in its
 tokens) and the loop stops when all have, or after `max_new_tokens`.
 
-Timing: on CUDA everything that compiles or captures (Triton JIT, the CUDA graph, cuBLAS
+Timing: on CUDA everything that compiles or captures (Triton JIT, the CUDA graphs, cuBLAS
 heuristics, one untimed prefill of the same shape) happens first and is reported as
-`warmup_ms`. `prefill_ms` covers prefill plus choosing the first token; `decode_ms` covers the
-decode loop, measured with CUDA events and cross-checked with a synchronized host clock
-(`decode_wall_ms`). On CUDA the loop reads tokens back for the EOS check only every
-`eos_check_every` steps (each read is a host sync), so it may run up to that many steps past
-the last EOS; those steps are timed and counted in `decode_steps`, their tokens discarded.
-`decode_tok_s` = B * decode_steps / decode time. On CPU, figures are interpreter/eager timings,
-not speed.
+`warmup_ms`; the model keeps its decode runner (cache and graphs, engine/graph.py
+`runner_for`), so a later call that fits it pays only the prefill warm-up. `prefill_ms` covers
+prefill plus choosing the first token; `decode_ms` covers the decode loop, measured with CUDA
+events and cross-checked with a synchronized host clock (`decode_wall_ms`). On CUDA the loop
+reads tokens back for the EOS check only every `eos_check_every` steps (each read is a host
+sync), so it may run up to that many steps past the last EOS; those steps are timed and counted
+in `decode_steps`, their tokens discarded. `decode_tok_s` = B * decode_steps / decode time. On
+CPU, figures are interpreter/eager timings, not speed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evokernel.engine.graph import DecodeRunner
+from evokernel.engine.graph import runner_for
 from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import GREEDY, SamplingParams
@@ -47,6 +48,8 @@ class GenerateOptions:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed < 2**63:  # what every torch generator takes, without aliasing
+            raise ConfigError(f"--seed must be in [0, 2**63), got {self.seed}")
 
 
 @dataclass
@@ -106,21 +109,13 @@ def generate(
 ) -> GenerateResult:
     """Generate for each prompt (token ids); `tokenizer` fills `text` with the new tokens."""
     dev = model.device
-    vocab = model.cfg.vocab_size
-    if not prompts or any(not p for p in prompts):
+    if not prompts:
         raise ConfigError("every prompt needs at least one token")
     for p in prompts:
-        bad = [t for t in p if not 0 <= t < vocab]
-        if bad:
-            raise ConfigError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        model.cfg.check_tokens(p, options.max_new_tokens, "--max-new-tokens", model.max_seq_len)
     B, lens = len(prompts), [len(p) for p in prompts]
     T = max(lens)
     need = T + options.max_new_tokens
-    if need > model.max_seq_len:
-        raise ConfigError(
-            f"prompt ({T}) + max new tokens ({options.max_new_tokens}) exceeds the model's "
-            f"{model.max_seq_len} positions"
-        )
     cuda = dev.type == "cuda"
     use_graph = cuda if options.use_graph is None else options.use_graph
     check_every = options.eos_check_every or (16 if cuda else 1)
@@ -136,8 +131,8 @@ def generate(
 
     with torch.inference_mode():
         clock.start()
-        cache = model.new_cache(B, need)
-        runner = DecodeRunner(model, cache, use_graph=use_graph, greedy=params.greedy)
+        runner = runner_for(model, B, need, use_graph=use_graph, greedy=params.greedy)
+        cache = runner.cache
         if cuda:
             model.prefill(ids, lengths, cache)  # untimed: compiles the prefill path
         warmup_ms, _ = clock.stop()
@@ -148,13 +143,13 @@ def generate(
 
         out = [first]
         done = torch.isin(first, eos).cpu()
-        runner.start(first, lengths.to(torch.int32))
+        runner.start(first, lengths.to(torch.int32), longest=T)
         steps = 0
         clock.start()
         while steps < options.max_new_tokens - 1 and not bool(done.all()):
             logits = runner.step()
             steps += 1
-            if params.greedy:
+            if logits is None:  # greedy: the step wrote the next tokens
                 nxt = runner.tokens.clone()
             else:
                 nxt = model.ops.sample(logits, params, generator)

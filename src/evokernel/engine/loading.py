@@ -3,8 +3,9 @@
     model = load_engine(model_dir, device="cuda", dtype=None, ops="triton")
 
 `device` None picks CUDA when present; `dtype` None picks the device default (bfloat16 on CUDA,
-float32 on CPU). The Triton mode is set for the device (`evokernel.device.prepare`) before
-any kernel or candidate is imported.
+float32 on CPU); `pdl` None launches the Triton decode kernels with programmatic dependent
+launch where the GPU supports it (False turns it off). The Triton mode is set for the device
+(`evokernel.device.prepare`) before any kernel or candidate is imported.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def load_engine(
     dtype: torch.dtype | str | None = None,
     ops: str | OpSet = "torch",
     max_seq_len: int | None = None,
+    pdl: bool | None = None,
 ) -> Qwen3Model:
     dev = devices.resolve(device)
     devices.prepare(dev)
     dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
-    opset = ops if isinstance(ops, OpSet) else OpSet.named(ops)
+    opset = ops if isinstance(ops, OpSet) else OpSet.named(ops, pdl)
     cfg, weights = load_model(model_dir, device=dev, dtype=dt)
     return Qwen3Model(cfg, weights, opset, max_seq_len=max_seq_len)
 

@@ -1,25 +1,34 @@
 """The Qwen3 forward pass as a fixed sequence of named ops (wiring only; numerics live in ops/).
 
-Per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
+Prefill, per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
 
   normed                       [N, H]   rms_norm(h, input_norm)   (fused into the previous add)
   qkv    = linear(normed, qkv_proj)                      [N, (Hq+2Hkv)*D]
   q      = qk_norm_rope_append(qkv, ...)                 [B, T, Hq, D]; K, V -> cache at positions
-  attn   = decode_attention | prefill_attention          [B, T, Hq, D]
+  attn   = prefill_attention                             [B, T, Hq, D]
   o      = linear(attn, o_proj)                          [N, H]
   h, normed = residual_add(o, h, post_attn_norm)
   act    = silu_mul(linear(normed, gate_up_proj))        [N, I]
   h, normed = residual_add(linear(act, down_proj), h, next layer's input_norm | final_norm)
 
-then logits(normed, lm_head) -> [B, V] float32. Prefill takes right-padded prompts at
-positions 0..T-1 and returns each sequence's logits at its last real token; decode takes one
-token per sequence at its own position. Neither syncs with the host, so decode can be
-captured in a CUDA graph (engine/graph.py).
+then logits(normed, lm_head) -> [B, V] float32 at each sequence's last real token.
+
+Decode (one token per sequence at its own position, B rows) carries the residual stream h
+[B, H] un-normalised and uses the fused ops (ops/compose.py), five per layer:
+
+  qkv  = norm_linear(h, input_norm, qkv_proj)
+  attn = decode_attention_qkv(qkv, q_norm, k_norm, cos, sin, positions, K, V, seq_lens, ...)
+  linear_residual(attn, o_proj, h)                       h += o_proj(attn)
+  act  = norm_gate_up_silu(h, post_attn_norm, gate_up_proj)
+  linear_residual(act, down_proj, h)                     h += down_proj(act)
+
+then norm_logits(h, final_norm, lm_head) -> [B, V] float32 (`decode`), or greedy_head, which
+writes argmax into `tokens` and advances positions and seq_lens (`decode_greedy`). Nothing syncs
+with the host, so decode can be captured in a CUDA graph (engine/graph.py). `max_len` is a
+host-side bound on seq_lens (default: the cache length) that attention sizes its work by.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -28,8 +37,6 @@ from evokernel.model.config import Qwen3Config
 from evokernel.model.weights import Qwen3Weights
 from evokernel.ops.registry import OpSet
 from evokernel.ops.rope import rope_table
-
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class Qwen3Model:
@@ -69,12 +76,7 @@ class Qwen3Model:
             f"prompt of {T} tokens exceeds the cache's {cache.max_seq_len}"
         )
         positions = torch.arange(T, device=ids.device, dtype=torch.int32).expand(B, T)
-        scale = self.scale
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return self.ops.prefill_attention(q, k[:B], v[:B], scale)
-
-        normed = self._layers(ids, positions.contiguous(), cache, attend)  # [B*T, H]
+        normed = self._prefill_layers(ids, positions.contiguous(), cache)  # [B*T, H]
         last = torch.arange(B, device=ids.device) * T + (lengths - 1)  # [B] row of last token
         return self.ops.logits(normed[last], self.weights.lm_head)
 
@@ -84,22 +86,67 @@ class Qwen3Model:
         positions: torch.Tensor,
         seq_lens: torch.Tensor,
         cache: KVCache,
+        max_len: int | None = None,
     ) -> torch.Tensor:
         """tokens [B] int64, positions [B] int32, seq_lens [B] int32 (= positions + 1)
         -> logits [B, V] float32. Writes cache position positions[b] of row b."""
+        h = self._decode_layers(tokens, positions, seq_lens, cache, max_len)
+        w = self.weights
+        return self.ops.norm_logits(h, w.final_norm, w.lm_head, self.cfg.rms_norm_eps)
+
+    def decode_greedy(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        seq_lens: torch.Tensor,
+        cache: KVCache,
+        max_len: int | None = None,
+    ) -> None:
+        """One greedy step in place: tokens <- argmax of the next logits; positions and
+        seq_lens advance by one."""
+        h = self._decode_layers(tokens, positions, seq_lens, cache, max_len)
+        w = self.weights
+        self.ops.greedy_head(
+            h, w.final_norm, w.lm_head, self.cfg.rms_norm_eps, tokens, positions, seq_lens
+        )
+
+    def _decode_layers(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        seq_lens: torch.Tensor,
+        cache: KVCache,
+        max_len: int | None,
+    ) -> torch.Tensor:
+        """The residual stream after the last layer, [B, H] (not normalised)."""
         B = tokens.shape[0]
         assert cache.batch == B, (B, cache.batch)
-        cfg, scale = self.cfg, self.scale
+        ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
+        bound = cache.max_seq_len if max_len is None else min(max_len, cache.max_seq_len)
+        h = ops.embed(w.embed_tokens, tokens)  # [B, H]
+        for i, layer in enumerate(w.layers):
+            qkv = ops.norm_linear(h, layer.input_norm, layer.qkv_proj, eps)  # [B, (Hq+2Hkv)*D]
+            attn = ops.decode_attention_qkv(
+                qkv,
+                layer.q_norm,
+                layer.k_norm,
+                self.cos,
+                self.sin,
+                positions,
+                cache.k[i],
+                cache.v[i],
+                seq_lens,
+                self.scale,
+                eps,
+                bound,
+            )  # fmt: skip  [B, Hq*D]
+            ops.linear_residual(attn, layer.o_proj, h)
+            act = ops.norm_gate_up_silu(h, layer.post_attn_norm, layer.gate_up_proj, eps)
+            ops.linear_residual(act, layer.down_proj, h)
+        return h
 
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            q3 = q.view(B, cfg.num_attention_heads, cfg.head_dim)  # [B, Hq, D]
-            return self.ops.decode_attention(q3, k, v, seq_lens, scale).reshape(q.shape)
-
-        normed = self._layers(tokens.view(B, 1), positions.view(B, 1), cache, attend)  # [B, H]
-        return self.ops.logits(normed, self.weights.lm_head)
-
-    def _layers(
-        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, attend: Attend
+    def _prefill_layers(
+        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache
     ) -> torch.Tensor:
         """ids [B, T], positions [B, T] int32 -> final-normed hidden states [B*T, H]."""
         ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
@@ -113,7 +160,7 @@ class Qwen3Model:
                 qkv.view(B, T, -1), layer.q_norm, layer.k_norm, self.cos, self.sin,
                 positions, cache.k[i], cache.v[i], eps,
             )  # fmt: skip
-            attn = attend(q, cache.k[i], cache.v[i])  # [B, T, Hq, D]
+            attn = ops.prefill_attention(q, cache.k[i][:B], cache.v[i][:B], self.scale)
             o = ops.linear(attn.reshape(N, -1), layer.o_proj)  # [N, H]
             h, normed = ops.residual_add(o, h, layer.post_attn_norm, eps)
             act = ops.silu_mul(ops.linear(normed, layer.gate_up_proj))  # [N, I]

@@ -23,6 +23,7 @@ Pass (every logit finite, and):
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
 from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.errors import ConfigError, EvokernelError
+from evokernel.model.config import Qwen3Config
 
 THRESHOLDS: dict[torch.dtype, float] = {
     torch.float32: 1e-5,
@@ -86,10 +88,45 @@ def load_reference(model_dir: str | Path, device: str, dtype: torch.dtype) -> An
     except ImportError:
         raise EvokernelError("verify needs transformers (pip install 'evokernel[ref]')") from None
     hf_logging.disable_progress_bar()
-    model: Any = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype, attn_implementation="eager"
-    )
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(model_dir),
+            config=_reference_config(model_dir),
+            dtype=dtype,
+            attn_implementation="eager",
+        )
+    except Exception as err:  # it raises many kinds for checkpoints it refuses
+        # e.g. AssertionError for a pad_token_id outside the vocabulary, which our engine
+        # ignores; its validation errors span lines: keep them on one.
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise EvokernelError(
+            f"transformers cannot load {model_dir}: {type(err).__name__}: {text[:300]}"
+        ) from None
     return model.to(device).eval()
+
+
+def _reference_config(model_dir: str | Path) -> Any:
+    """transformers' config for `model_dir`, with token ids outside the vocabulary unset, as
+    `Qwen3Config` drops them (which warns once): a hub config on a small test vocabulary
+    otherwise stops transformers at a pad_token_id its embedding cannot hold. None of these
+    ids changes a logit."""
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its warnings about these ids repeat ours
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        vocab = config.vocab_size
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(config, key, None)
+            ids = value if isinstance(value, list) else [value]
+            kept = [i for i in ids if isinstance(i, int) and 0 <= i < vocab]
+            if kept != ids:
+                setattr(config, key, kept if isinstance(value, list) else None)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return config
 
 
 def reference_greedy(hf: Any, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
@@ -134,9 +171,11 @@ def engine_forced(
         logits = [
             model.prefill(ids, torch.tensor([L], device=dev), cache)[0].to("cpu", torch.float64)
         ]
-        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev))
+        runner.start(torch.tensor(tokens[:1], device=dev), torch.tensor([L], device=dev), L + 1)
         for i in range(1, len(tokens)):
-            logits.append(runner.step()[0].to("cpu", torch.float64))
+            step = runner.step()
+            assert step is not None, "a sampling runner returns logits"
+            logits.append(step[0].to("cpu", torch.float64))
             runner.feed(torch.tensor(tokens[i : i + 1], device=dev))
     return torch.stack(logits), runner.uses_graph
 
@@ -151,8 +190,8 @@ def compare(
     use_graph: bool | None = None,
 ) -> VerifyResult:
     """Verify `model` against the loaded transformers model `hf` (same weights)."""
-    if steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    _check(steps, threshold)
+    model.cfg.check_tokens(prompt, steps, "--steps", model.max_seq_len)
     thr = THRESHOLDS[model.dtype] if threshold is None else threshold
     ref_tokens, ref_logits = reference_greedy(hf, prompt, steps)
     ours, graphed = engine_forced(model, prompt, ref_tokens, use_graph)
@@ -185,6 +224,13 @@ def compare(
         fp32_kl_mean=fp32_ours,
         fp32_kl_mean_ref=fp32_ref,
     )
+
+
+def _check(steps: int, threshold: float | None) -> None:
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"--threshold must be finite and >= 0, got {threshold}")
 
 
 def _judge(
@@ -221,15 +267,17 @@ def verify(
     prompt: list[int] | None = None,
     threshold: float | None = None,
     fp32_reference: bool | None = None,
+    pdl: bool | None = None,
 ) -> VerifyResult:
-    """Load the engine and transformers from `model_dir` and compare them (see module doc)."""
-    if steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {steps}")
-    model = load_engine(model_dir, device, dtype, ops)
-    ids = prompt or default_prompt(model.cfg.vocab_size)
-    bad = [t for t in ids if not 0 <= t < model.cfg.vocab_size]
-    if bad:
-        raise ConfigError(f"prompt token id {bad[0]} is outside [0, {model.cfg.vocab_size})")
+    """Load the engine and transformers from `model_dir` and compare them (see module doc).
+
+    The prompt and `steps` are checked against the config before anything is loaded: the
+    reference would decode past the model's positions, and the engine then refuse them."""
+    _check(steps, threshold)
+    cfg = Qwen3Config.from_dir(model_dir)
+    ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
+    cfg.check_tokens(ids, steps, "--steps")
+    model = load_engine(model_dir, device, dtype, ops, max_seq_len=len(ids) + steps, pdl=pdl)
     dev = model.device.type
     hf = load_reference(model_dir, dev, model.dtype)
     want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference

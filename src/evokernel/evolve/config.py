@@ -1,16 +1,18 @@
 """The search's configuration: nested dataclasses, one per concern, validated on construction.
 
 `load_config(path)` reads a YAML file over the defaults: a key the dataclasses do not know is
-an error naming it (`islands.cuont`), as is a value of the wrong type or out of range. Every
-key is documented, with its default, in `default_config.yaml` next to this module; a test
-keeps that file and these defaults identical.
+an error naming it (`islands.cuont`), as is a key given twice, a value of the wrong type or out
+of range (`sections.py` builds and checks every section the same way). Every key is documented,
+with its default, in `default_config.yaml` next to this module; a test keeps that file and
+these defaults identical.
+
+This module imports no mutator, LLM client or evaluator code: the sections of the mutators and
+of the LLM live beside them (`mutators/config.py`, `llm/config.py`) and import nothing heavy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,16 +22,31 @@ import yaml
 from evokernel.errors import ConfigError
 from evokernel.evolve.llm.config import LLMConfig
 from evokernel.evolve.mutators.config import OfflineConfig, PromptConfig
-from evokernel.evolve.mutators.registry import NAMES
+from evokernel.evolve.sections import INT_LIMIT, build_section, require
 
 DEFAULT_CONFIG = Path(__file__).with_name("default_config.yaml")
-MUTATOR_NAMES = NAMES
+MUTATOR_NAMES = ("offline", "llm_diff", "llm_rewrite", "crossover")
 FEATURE_KINDS = ("regime", "knob")
+BACKENDS = ("local", "ray")
+MAX_ITERATIONS = 1_000_000  # 20 evaluations a minute: a month; more is a typo
+MAX_PARALLEL = 4096  # workers, iterations in flight: one thread or task each
+MAX_SECONDS = 86_400.0 * 365  # a year
 
 
-def _require(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ConfigError(msg)
+def check_weights(weights: dict[str, float]) -> None:
+    """`mutators.weights`: known names, non-negative, at least one positive."""
+    for name, weight in weights.items():
+        require(
+            name in MUTATOR_NAMES,
+            f"weights: unknown mutator {name!r} (known: {', '.join(MUTATOR_NAMES)})",
+        )
+        require(weight >= 0, f"weights.{name} must be >= 0")
+    require(sum(weights.values()) > 0, "weights: at least one must be > 0")
+
+
+def _within(value: float, low: float, high: float, key: str) -> None:
+    show = lambda x: f"{x:g}" if isinstance(x, float) else str(x)
+    require(low <= value <= high, f"{key} must be in [{show(low)}, {show(high)}], got {value!r}")
 
 
 @dataclass
@@ -39,9 +56,9 @@ class IslandsConfig:
     migration_count: int = 2  # elites each island sends to the next one on the ring
 
     def __post_init__(self) -> None:
-        _require(self.count >= 1, "islands.count must be >= 1")
-        _require(self.migration_interval >= 1, "islands.migration_interval must be >= 1")
-        _require(self.migration_count >= 0, "islands.migration_count must be >= 0")
+        _within(self.count, 1, 1024, "count")
+        _within(self.migration_interval, 1, MAX_ITERATIONS, "migration_interval")
+        _within(self.migration_count, 0, 1024, "migration_count")
 
 
 @dataclass
@@ -52,21 +69,22 @@ class GridConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.features, str):
-            _require(self.features == "auto", "grid.features must be 'auto' or a list")
+            require(self.features == "auto", "features must be 'auto' or a list")
         else:
             for spec in self.features:
                 kind, _, name = spec.partition(":")
-                _require(
+                require(
                     kind in FEATURE_KINDS and bool(name),
-                    f"grid.features: {spec!r} is not 'regime:<name>' or 'knob:<NAME>'",
+                    f"features: {spec!r} is not 'regime:<name>' or 'knob:<NAME>'",
                 )
-            _require(len(set(self.features)) == len(self.features), "grid.features repeats")
-        _require(bool(self.bins), "grid.bins must not be empty")
-        _require(
+            require(len(set(self.features)) == len(self.features), "features repeats")
+            require(len(self.features) <= 8, "features: at most 8")
+        require(0 < len(self.bins) <= 64, "bins must hold 1 to 64 edges")
+        require(
             all(a < b for a, b in zip(self.bins, self.bins[1:])),
-            "grid.bins must be strictly increasing",
+            "bins must be strictly increasing",
         )
-        _require(self.regime_stat in ("geomean", "max"), "grid.regime_stat: geomean or max")
+        require(self.regime_stat in ("geomean", "max"), "regime_stat: geomean or max")
 
 
 @dataclass
@@ -79,13 +97,13 @@ class SelectionConfig:
 
     def __post_init__(self) -> None:
         ratios = (self.exploit, self.explore, self.random)
-        _require(all(r >= 0 for r in ratios), "selection ratios must be >= 0")
-        _require(
+        require(all(r >= 0 for r in ratios), "exploit, explore, random must be >= 0")
+        require(
             abs(sum(ratios) - 1.0) < 1e-6,
-            f"selection.exploit + explore + random must be 1, got {sum(ratios):g}",
+            f"exploit + explore + random must be 1, got {sum(ratios):g}",
         )
-        _require(self.elite_pool >= 1, "selection.elite_pool must be >= 1")
-        _require(self.inspirations >= 0, "selection.inspirations must be >= 0")
+        _within(self.elite_pool, 1, 10_000, "elite_pool")
+        _within(self.inspirations, 0, 100, "inspirations")
 
 
 @dataclass
@@ -95,28 +113,41 @@ class MutatorsConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
     def __post_init__(self) -> None:
-        for name, weight in self.weights.items():
-            _require(
-                name in MUTATOR_NAMES,
-                f"mutators.weights: unknown mutator {name!r} (known: {', '.join(MUTATOR_NAMES)})",
-            )
-            _require(weight >= 0, f"mutators.weights.{name} must be >= 0")
-        _require(sum(self.weights.values()) > 0, "mutators.weights: at least one must be > 0")
+        check_weights(self.weights)
 
 
 @dataclass
 class EvaluatorConfig:
-    workers: int = 0  # 0: one per visible GPU on cuda, 1 on cpu
+    workers: int = 0  # 0: local: one per visible GPU on cuda, 1 on cpu; ray: the cluster's
     timeout_s: float = 180.0
     reps: int = 0  # 0: the evaluator's default
     profile: bool = True
     memory_mb: int = 8192
+    cascade: str = "auto"  # auto: screen first when timing is real (cuda) | off
+    screen_scenarios: list[str] = field(default_factory=list)  # []: the evaluator's choice
 
     def __post_init__(self) -> None:
-        _require(self.workers >= 0, "evaluator.workers must be >= 0")
-        _require(self.timeout_s > 0, "evaluator.timeout_s must be > 0")
-        _require(self.reps >= 0, "evaluator.reps must be >= 0")
-        _require(self.memory_mb >= 256, "evaluator.memory_mb must be >= 256")
+        _within(self.workers, 0, MAX_PARALLEL, "workers")
+        _within(self.timeout_s, 1e-3, 86_400.0, "timeout_s")
+        _within(self.reps, 0, 100_000, "reps")
+        _within(self.memory_mb, 256, 2**24, "memory_mb")
+        require(self.cascade in ("auto", "off"), f"cascade: auto or off, got {self.cascade!r}")
+        require(
+            len(set(self.screen_scenarios)) == len(self.screen_scenarios),
+            "screen_scenarios repeats a scenario",
+        )
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "local"  # local | ray
+    address: str | None = None  # ray: "auto", "HOST:PORT", "ray://HOST:PORT"; None: see below
+    max_retries: int = 2  # re-queues of one evaluation after its worker or node died
+
+    def __post_init__(self) -> None:
+        require(self.kind in BACKENDS, f"kind: {self.kind!r} is not one of {', '.join(BACKENDS)}")
+        require(self.address is None or bool(self.address.strip()), "address must not be empty")
+        _within(self.max_retries, 0, 100, "max_retries")
 
 
 @dataclass
@@ -127,11 +158,10 @@ class BudgetConfig:
     cost_usd: float = 0.0  # 0: no limit
 
     def __post_init__(self) -> None:
-        _require(self.iterations >= 0, "budget.iterations must be >= 0")
-        _require(
-            self.wall_time_s >= 0 and self.tokens >= 0 and self.cost_usd >= 0,
-            "budget limits must be >= 0",
-        )
+        _within(self.iterations, 0, MAX_ITERATIONS, "iterations")
+        _within(self.wall_time_s, 0, MAX_SECONDS, "wall_time_s")
+        _within(self.tokens, 0, INT_LIMIT - 1, "tokens")
+        _within(self.cost_usd, 0, 1e12, "cost_usd")
 
 
 @dataclass
@@ -140,7 +170,7 @@ class CheckpointConfig:
     write_sources: bool = True  # also write each program to RUN_DIR/programs/<id>.py
 
     def __post_init__(self) -> None:
-        _require(self.synchronous in ("normal", "full"), "checkpoint.synchronous: normal|full")
+        require(self.synchronous in ("normal", "full"), "synchronous: normal or full")
 
 
 @dataclass
@@ -153,12 +183,14 @@ class SearchConfig:
     mutators: MutatorsConfig = field(default_factory=MutatorsConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
-        _require(self.in_flight >= 0, "in_flight must be >= 0")
-        _require(
+        _within(self.seed, 0, INT_LIMIT - 1, "seed")
+        _within(self.in_flight, 0, MAX_PARALLEL, "in_flight")
+        require(
             not self.uses_llm or self.llm.enabled,
             "mutators.weights asks for an LLM mutator but llm.models has no model with weight > 0",
         )
@@ -174,56 +206,33 @@ class SearchConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def _convert(tp: Any, value: Any, key: str) -> Any:
-    """`value` as type `tp` (a dataclass, list, dict, union or scalar), or ConfigError."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp) and hasattr(tp, "from_dict"):
-        return typing.cast(Any, tp).from_dict(value, key)  # sections owned by the mutators
-    if dataclasses.is_dataclass(tp):
-        return _build(typing.cast(type, tp), value, key)
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(tp):
-            try:
-                return _convert(option, value, key)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[-1])
-    if origin is list:
-        _require(isinstance(value, list), f"{key}: expected a list, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        _require(isinstance(value, dict), f"{key}: expected a mapping, got {value!r}")
-        _, item = typing.get_args(tp)
-        return {str(k): _convert(item, v, f"{key}.{k}") for k, v in value.items()}
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        _require(ok, f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        _require(ok, f"{key}: expected an integer, got {value!r}")
-        return value
-    _require(isinstance(value, tp), f"{key}: expected {tp.__name__}, got {value!r}")
-    return value
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    where = prefix or "the top level"
-    _require(isinstance(data, dict), f"{where}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in names:
-            full = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(f"unknown config key '{full}'")
-    kwargs = {k: _convert(hints[k], v, f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
-    return cls(**kwargs)
-
-
 def config_from_dict(data: dict[str, Any] | None) -> SearchConfig:
-    return typing.cast(SearchConfig, _build(SearchConfig, data or {}, ""))
+    return build_section(SearchConfig, data)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML says keys are
+    unique; PyYAML would keep the last one silently)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise ConfigError(f"key {key!r} given twice (lines {seen[key]} and {line})")
+        seen[key] = line
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parsed YAML with unique keys; raises ConfigError or yaml.YAMLError."""
+    return yaml.load(text, Loader=_StrictLoader)
 
 
 def load_config(path: str | Path | None) -> SearchConfig:
@@ -232,11 +241,15 @@ def load_config(path: str | Path | None) -> SearchConfig:
         return SearchConfig()
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (not UTF-8)") from None
     except OSError as err:
-        raise ConfigError(f"cannot read config {path}: {err.strerror}") from None
+        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
     try:
         return config_from_dict(data)
     except ConfigError as err:

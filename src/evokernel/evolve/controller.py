@@ -3,15 +3,22 @@
 Iteration k works on island k mod n (round robin). Its proposal sees the rows visible at k:
 those with `visible_at <= k`, where an iteration's row becomes visible `lag` iterations later
 (`lag` = the number of iterations in flight at once, `in_flight`). Iteration k is launched
-only when every iteration <= k - lag is committed, and proposals are accepted (deduplicated,
-sent to evaluation) strictly in iteration order. So what iteration k proposes depends only on
-the seed, k and the committed rows, never on which evaluation finished first: with the same
-seed, config and a deterministic mutator, two runs hold the same programs in the same order,
-and a resumed run redoes a lost iteration exactly.
+only when every iteration <= k - lag is committed; proposals are accepted (deduplicated, sent
+to evaluation) and rows are committed strictly in iteration order, whatever order the
+backend's evaluations finish in. So what iteration k proposes depends only on the seed, k and
+the committed rows: with the same seed, config, `in_flight` and a deterministic mutator, two
+runs hold the same programs in the same order, on any backend, and a resumed run redoes a
+lost iteration exactly.
 
 Random draws come from `random.Random(f"{seed}:{k}:{purpose}")`; nothing random is carried
 from one iteration to the next, so there is no RNG state to checkpoint. The checkpoint is the
-database commit made after every evaluated program (rows + run state in one transaction).
+database commit made for every iteration (row + run state in one transaction).
+
+Evaluations go to an evaluation backend (`backends/`: this machine's GPUs, or a Ray cluster);
+the controller never knows which. When the problem screens (the evaluator's cascade, on
+cuda), iteration k's evaluation carries the fitness its program must beat to enter the top of
+its island as the proposal saw it (`cascade.promote_threshold`); a program screened out is
+stored as "screened" and never becomes a parent.
 
 Before iteration k = m * islands * migration_interval (m >= 1) the loop drains the iterations
 in flight and migrates each island's elites to the next island on the ring.
@@ -19,38 +26,42 @@ in flight and migrates each island's elites to the next island on the ring.
 A proposal that repeats code already evaluated reuses that evaluation (waiting for it if it is
 still running): the same program is never evaluated twice. Budgets (iterations, wall time,
 tokens, cost) stop the launching of new iterations; iterations in flight finish and are stored.
-An interrupt stops at once: iterations in flight are lost, and `--resume` redoes them.
+An interrupt stops at once: iterations in flight are lost, and `--resume` redoes them. So does
+a `BackendError` (the backend cannot evaluate at all), which ends the session with its line.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 
 from evokernel.errors import EvokernelError
-from evokernel.evaluate.result import EvalResult
+from evokernel.evaluate.result import reason_code
+from evokernel.evolve.backends.base import Backend, Evaluation
+from evokernel.evolve.cascade import SCREENED, is_screened, promote_threshold
 from evokernel.evolve.config import SearchConfig
 from evokernel.evolve.database import Database, Program
 from evokernel.evolve.insights import insight_line, last_failure, recent_insights
 from evokernel.evolve.islands import Population
 from evokernel.evolve.map_elites import FeatureSpace
-from evokernel.evolve.mutators.base import (
+from evokernel.evolve.mutators.registry import MutatorSet
+from evokernel.evolve.problem import Problem
+from evokernel.evolve.rundir import RunDir, atomic_write
+from evokernel.evolve.threads import DaemonThreads
+from evokernel.evolve.types import (
     BudgetExceeded,
     MutationContext,
     ProgramView,
     Proposal,
     code_digest,
 )
-from evokernel.evolve.mutators.registry import MutatorSet
-from evokernel.evolve.problem import Problem
-from evokernel.evolve.rundir import RunDir, atomic_write
-from evokernel.evolve.workers import Workers
 from evokernel.tasks import blocks
 
 SEED_ID = "seed"
+NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program
 FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
 # "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
 # LLM accounting (which also counts failed requests) refused or reached a limit.
@@ -71,21 +82,24 @@ class SeedFailed(EvokernelError):
 
 
 @dataclass
-class Slot:
-    """One iteration in flight."""
+class InFlight:
+    """One iteration between its launch and its commit."""
 
     k: int
     island: int
     parent: Program
     mutator: str
     proposal_future: Future[Proposal]
-    state: str = "proposing"  # proposing | evaluating | waiting
+    promote_above: float | None = None  # the cascade's threshold for this iteration's program
+    state: str = "proposing"  # proposing | evaluating | waiting | ready
     proposal: Proposal | None = None
     digest: str = ""
-    eval_future: Future[tuple[EvalResult, float]] | None = None
+    eval_future: Future[Evaluation] | None = None
     wait_on: int = -1  # the iteration whose evaluation this one reuses
     duplicate: bool = False
     created_at: float = 0.0
+    row: Program | None = None  # state "ready": the row to commit
+    result_json: str | None = None
 
 
 class Controller:
@@ -99,17 +113,19 @@ class Controller:
         space: FeatureSpace,
         *,
         lag: int,
-        workers: int,
+        backend: Backend,
         on_commit: Callable[[int], None] | None = None,
     ):
         self.db, self.run_dir, self.problem, self.cfg, self.space = db, run, problem, cfg, space
         self.mutators = mutators
+        self.backend = backend
         self.lag = max(1, lag)
         self.n = cfg.islands.count
         self.on_commit = on_commit or (lambda in_flight: None)
-        self.eval_pool = Workers(workers, "evaluate")
-        self.propose_pool = Workers(max(1, min(self.lag, cfg.llm.max_concurrency)), "propose")
-        self.flight: dict[int, Slot] = {}
+        self.propose_threads = DaemonThreads(
+            max(1, min(self.lag, cfg.llm.max_concurrency)), "propose"
+        )
+        self.flight: dict[int, InFlight] = {}
         self.stop: str | None = None
         self.tokens = sum(p.tokens for p in db.programs)
         self.cost = sum(p.cost_usd for p in db.programs)
@@ -121,7 +137,14 @@ class Controller:
         """Evaluate the seed once and place a copy on every island."""
         if SEED_ID not in self.db:
             code = self.problem.seed_code
-            result, wall = self._evaluate(code, slot=0)
+            evaluation = self.backend.submit(self.problem, code).result()
+            codes = {reason_code(r) for r in evaluation.result.reasons}
+            if codes and codes <= NOT_THE_CANDIDATES:
+                # Nothing was learned about the seed: store nothing, so --resume retries it.
+                raise EvokernelError(
+                    "the seed could not be evaluated (not its fault): "
+                    + "; ".join(evaluation.result.reasons)[:500]
+                )
             seed = self._evaluated_row(
                 Program(
                     id=SEED_ID,
@@ -136,14 +159,20 @@ class Controller:
                     code_hash=code_digest(code),
                     visible_at=0,
                 ),
-                result,
-                wall,
+                evaluation,
             )
             copies = [
-                replace(seed, id=f"{SEED_ID}@{i}", island=i, reused_from=SEED_ID, insight="")
+                replace(
+                    seed,
+                    id=f"{SEED_ID}@{i}",
+                    island=i,
+                    reused_from=SEED_ID,
+                    insight="",
+                    evaluated_on={},
+                )
                 for i in range(1, self.n)
             ]
-            rows = [(seed, result.to_json()), *((c, None) for c in copies)]
+            rows = [(seed, evaluation.result.to_json()), *((c, None) for c in copies)]
             self._write_sources([seed])
             self.db.commit(rows)
         seed = self.db.get(SEED_ID)
@@ -159,34 +188,40 @@ class Controller:
         """Run iterations [0, target) not yet stored; returns why it stopped."""
         start = time.monotonic()
         done = {p.iteration for p in self.db.programs if p.iteration >= 0 and not p.migrant}
-        pending = [k for k in range(target) if k not in done]
+        # Lazy: a huge target costs nothing until its iterations are reached.
+        pending: Iterator[int] = (k for k in range(target) if k not in done)
+        k = next(pending, None)
         self.stop = None
         try:
-            i = 0
             while True:
                 self.stop = self.stop or self._budget_stop(start, wall_time_s)
-                while self.stop is None and i < len(pending) and self._may_launch(pending[i]):
-                    self._launch(pending[i])
-                    i += 1
+                while self.stop is None and k is not None and self._may_launch(k):
+                    self._launch(k)
+                    k = next(pending, None)
                 if not self.flight:
                     break
-                self._accept_ready()
-                self._collect()
+                self._step()
                 futures = [f for s in self.flight.values() for f in self._futures(s)]
                 if futures:
                     wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
-                self._accept_ready()
-                self._collect()
+                self._step()
             if self.stop is None:
                 self.stop = "iterations"
         except KeyboardInterrupt:
             self.stop = "interrupted"
         return self.stop
 
-    def _futures(self, s: Slot) -> list[Future]:
+    def _step(self) -> None:
+        self._accept_ready()
+        self._collect()
+        self._commit_ready()
+
+    def _futures(self, s: InFlight) -> list[Future]:
         if s.state == "proposing":
             return [s.proposal_future]
-        return [s.eval_future] if s.eval_future is not None else []
+        if s.state == "evaluating" and s.eval_future is not None:
+            return [s.eval_future]
+        return []
 
     def _budget_stop(self, start: float, wall_time_s: float) -> str | None:
         budget = self.cfg.budget
@@ -241,8 +276,13 @@ class Controller:
             seen=frozenset(p.code_hash for p in visible if p.code),
             history=measured_history(visible),
         )
-        future = self.propose_pool.submit(lambda c, slot: mutator.propose(c), ctx)
-        self.flight[k] = Slot(k, island, parent, mutator.name, future, created_at=time.time())
+        threshold = None
+        if self.problem.screens:
+            threshold = promote_threshold(pop, island, self.cfg.selection.elite_pool)
+        future = self.propose_threads.submit(mutator.propose, ctx)
+        self.flight[k] = InFlight(
+            k, island, parent, mutator.name, future, threshold, created_at=time.time()
+        )
 
     # --- accepting proposals, in iteration order -------------------------------------------
     def _accept_ready(self) -> None:
@@ -254,7 +294,7 @@ class Controller:
                 return
             self._accept(slot)
 
-    def _accept(self, slot: Slot) -> None:
+    def _accept(self, slot: InFlight) -> None:
         try:
             prop = slot.proposal_future.result()
         except BudgetExceeded as err:
@@ -267,20 +307,20 @@ class Controller:
             prop = Proposal(code=None, kind=slot.mutator, error=" ".join(msg.split()))
         slot.proposal = prop
         if prop.code is None:
-            return self._commit(slot, self._rejected(slot, prop.error or "no program proposed"))
+            return self._ready(slot, self._rejected(slot, prop.error or "no program proposed"))
         reason = blocks.check_edit(slot.parent.code, prop.code)
         if reason is not None:
-            return self._commit(slot, self._rejected(slot, reason, prop.code))
+            return self._ready(slot, self._rejected(slot, reason, prop.code))
         slot.digest = code_digest(prop.code)
         slot.duplicate = self._island_holds(slot.island, slot.digest, slot.k)
         source = self._source(slot.digest, slot.k)
         if isinstance(source, Program):
-            self._commit(slot, self._reused_row(slot, source))
+            self._ready(slot, self._reused_row(slot, source))
         elif source is not None:
             slot.state, slot.wait_on = "waiting", source
         else:
             slot.state = "evaluating"
-            slot.eval_future = self.eval_pool.submit(self._evaluate, prop.code)
+            slot.eval_future = self.backend.submit(self.problem, prop.code, slot.promote_above)
 
     def _source(self, digest: str, k: int) -> Program | int | None:
         """The evaluated row (or the iteration in flight) holding this code before k."""
@@ -288,8 +328,12 @@ class Controller:
             if p.code_hash == digest and p.evaluated_here and p.iteration < k:
                 return p
         for j, s in sorted(self.flight.items()):
-            if j < k and s.state == "evaluating" and s.digest == digest:
+            if j >= k or s.digest != digest:
+                continue
+            if s.state == "evaluating":
                 return j
+            if s.state == "ready" and s.result_json is not None and s.row is not None:
+                return s.row  # evaluated, waiting for an earlier iteration's commit
         return None
 
     def _island_holds(self, island: int, digest: str, k: int) -> bool:
@@ -301,30 +345,46 @@ class Controller:
             j < k and s.island == island and s.digest == digest and not s.duplicate
             for j, s in self.flight.items()
             if s.state in ("evaluating", "waiting")
+            or (s.state == "ready" and s.row is not None and s.row.member)
         )
 
     # --- evaluations -------------------------------------------------------------------------
-    def _evaluate(self, code: str, slot: int) -> tuple[EvalResult, float]:
-        t0 = time.monotonic()
-        result = self.problem.evaluate(code, slot=slot)
-        return result, time.monotonic() - t0
-
     def _collect(self) -> None:
         for k in sorted(self.flight):
-            slot = self.flight.get(k)
-            if slot is None or slot.state != "evaluating" or slot.eval_future is None:
+            slot = self.flight[k]
+            if slot.state != "evaluating" or slot.eval_future is None:
                 continue
             if not slot.eval_future.done():
                 continue
-            result, wall = slot.eval_future.result()
-            row = self._evaluated_row(self._base_row(slot), result, wall)
-            self._commit(slot, row, result.to_json())
-            for _, other in sorted(self.flight.items()):
+            evaluation = slot.eval_future.result()  # BackendError: the session ends
+            row = self._evaluated_row(self._base_row(slot), evaluation)
+            self._ready(slot, row, evaluation.result.to_json())
+            for other in self.flight.values():
                 if other.state == "waiting" and other.wait_on == k:
-                    self._commit(other, self._reused_row(other, row))
+                    self._ready(other, self._reused_row(other, row))
+
+    # --- commits, in iteration order ----------------------------------------------------------
+    def _ready(self, slot: InFlight, row: Program, result_json: str | None = None) -> None:
+        slot.state, slot.row, slot.result_json = "ready", row, result_json
+
+    def _commit_ready(self) -> None:
+        while self.flight:
+            slot = self.flight[min(self.flight)]
+            if slot.state != "ready" or slot.row is None:
+                return
+            self._commit(slot, slot.row, slot.result_json)
+
+    def _commit(self, slot: InFlight, row: Program, result_json: str | None = None) -> None:
+        self._write_sources([row], slot.proposal)
+        accounting = self.mutators.accounting.to_dict()
+        self.db.commit([(row, result_json)], {"accounting": accounting})
+        self.tokens += row.tokens
+        self.cost += row.cost_usd
+        del self.flight[slot.k]
+        self.on_commit(len(self.flight))
 
     # --- rows --------------------------------------------------------------------------------
-    def _base_row(self, slot: Slot, code: str | None = None) -> Program:
+    def _base_row(self, slot: InFlight, code: str | None = None) -> Program:
         prop = slot.proposal
         assert prop is not None
         parents = tuple(prop.parent_ids) or (slot.parent.id,)
@@ -350,20 +410,26 @@ class Controller:
             created_at=slot.created_at,
         )
 
-    def _evaluated_row(self, row: Program, result: EvalResult, wall: float) -> Program:
-        fitness = self.problem.fitness(result)
+    def _evaluated_row(self, row: Program, evaluation: Evaluation) -> Program:
+        result = evaluation.result
+        screened = is_screened(result)
         regimes = self.problem.regime_speedups(result)
         features = self.space.values(regimes, row.code)
-        row.status = "ok" if result.correct else "failed"
-        row.fitness = fitness
+        if screened:
+            # Timed on the screen scenarios only: no fitness, no cell, never a parent.
+            row.status, row.fitness, row.cell = SCREENED, None, ()
+        else:
+            row.status = "ok" if result.correct else "failed"
+            row.fitness = self.problem.fitness(result)
+            row.cell = self.space.cell(features) if row.fitness is not None else ()
         row.regimes = regimes
         row.features = features
-        row.cell = self.space.cell(features) if fitness is not None else ()
         row.reasons = tuple(result.reasons)
-        row.eval_wall_s = wall
-        return self._with_insight(row)
+        row.eval_wall_s = evaluation.wall_s
+        row.evaluated_on = evaluation.record()
+        return self._with_insight(row, result.artifacts.get("cascade", "") if screened else "")
 
-    def _reused_row(self, slot: Slot, source: Program) -> Program:
+    def _reused_row(self, slot: InFlight, source: Program) -> Program:
         row = self._base_row(slot)
         row.status = "duplicate" if slot.duplicate else source.status
         row.reused_from = source.reused_from or source.id
@@ -371,25 +437,16 @@ class Controller:
         row.cell, row.reasons = source.cell, source.reasons
         return self._with_insight(row)
 
-    def _rejected(self, slot: Slot, reason: str, code: str = "") -> Program:
+    def _rejected(self, slot: InFlight, reason: str, code: str = "") -> Program:
         row = self._base_row(slot, code=code)
         row.status = "rejected"
         row.reasons = (" ".join(reason.split()),)
         return self._with_insight(row)
 
-    def _with_insight(self, row: Program) -> Program:
+    def _with_insight(self, row: Program, note: str = "") -> Program:
         parent = self.db.get(row.parent_ids[0]) if row.parent_ids else None
-        row.insight = insight_line(row, parent, self.problem.fitness_kind)
+        row.insight = insight_line(row, parent, self.problem.fitness_kind, note)
         return row
-
-    def _commit(self, slot: Slot, row: Program, result_json: str | None = None) -> None:
-        self._write_sources([row], slot.proposal)
-        accounting = self.mutators.accounting.to_dict()
-        self.db.commit([(row, result_json)], {"accounting": accounting})
-        self.tokens += row.tokens
-        self.cost += row.cost_usd
-        del self.flight[slot.k]
-        self.on_commit(len(self.flight))
 
     def _write_sources(self, rows: list[Program], prop: Proposal | None = None) -> None:
         for row in rows:
@@ -425,6 +482,7 @@ class Controller:
                     prompt_digest="",
                     response_digest="",
                     created_at=0.0,
+                    evaluated_on={},
                 )
             )
         migrations = [*self.db.meta("migrations", []), k]

@@ -1,6 +1,7 @@
 """The run's outputs: per-scenario dispatch table, best program, summary.
 
-Dispatch rule, per public scenario: among every correct program the run evaluated, the one
+Dispatch rule, per public scenario: among every correct program the run evaluated in full
+(a program the cascade screened out was timed on a few scenarios only, and is left out), the one
 whose speedup interval for that scenario lies wholly above 1 (lower bound > 1, no flag), with
 the highest lower bound (ties: the earlier program); if none does, the baseline. The table can
 therefore never be slower than the baseline on any scenario, as far as the 95% intervals tell.
@@ -38,7 +39,8 @@ def dispatch_table(db: Database) -> list[DispatchEntry]:
     """One entry per public scenario of the run (meta "scenarios": [name, regime] pairs)."""
     best: dict[str, tuple[float, int, DispatchEntry]] = {}
     baselines: dict[str, str] = {}
-    for p in sorted((p for p in db.programs if p.evaluated_here and p.correct), key=rank_key):
+    full = (p for p in db.programs if p.evaluated_here and p.status == "ok")  # not screened
+    for p in sorted(full, key=rank_key):
         result = db.result(p.id)
         if result is None:
             continue
@@ -100,13 +102,18 @@ def format_table(summary: RunSummary, table: list[DispatchEntry]) -> str:
     """The end-of-run summary as plain text."""
     best = summary.best
     best_txt = "none" if best is None else f"{best['id']} fitness {best['fitness']:.4f}"
+    screened = f"; {summary.screened} screened out" if summary.screened else ""
     lines = [
         f"task {summary.task} on {summary.device}: {summary.iterations_done}/"
         f"{summary.iterations_target} iterations, {summary.evaluated} evaluated "
-        f"({summary.valid} valid, {summary.failed} failed), {summary.rejected} rejected, "
-        f"{summary.duplicates} duplicates",
+        f"({summary.valid} valid, {summary.failed} failed{screened}), {summary.reused} reused, "
+        f"{summary.rejected} rejected, {summary.duplicates} duplicates",
         f"best: {best_txt}  [{summary.fitness_label}]",
     ]
+    if summary.requeued:
+        lines.append(
+            f"re-queued after worker or node faults: {summary.requeued} evaluation attempt(s)"
+        )
     if summary.tokens:
         lines.append(f"tokens: {summary.tokens}  cost: ${summary.cost_usd:.4f}")
     if table:

@@ -14,7 +14,9 @@ yield `correct=False` with one reason line.
 
 The evaluator runs from its own path (so helper modules beside it import as usual); the run
 stores that absolute path and the file's sha256, and a resume refuses an evaluator that is
-gone or has changed.
+gone or has changed. A remote worker (the `ray` backend) runs it from the same path: the job
+carries the path and the sha256, and a worker whose file is missing or different refuses the
+job (`JobError`), which stops the run with that line.
 """
 
 from __future__ import annotations
@@ -31,13 +33,26 @@ from evokernel.errors import ConfigError
 from evokernel.evaluate.result import EvalResult, reason
 from evokernel.evolve.config import SearchConfig
 from evokernel.evolve.fitness import GENERIC_LABEL
-from evokernel.tasks import blocks
+from evokernel.evolve.jobs import EvalJob, JobError, run_job
+from evokernel.evolve.problem import read_program, read_user_file
 
 LABEL = "generic evaluator (combined_score)"
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _score(value: Any) -> float | None:
+    """`combined_score` as a finite float, or None (missing, not a number, NaN, inf, or too
+    large for a float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        score = float(value)
+    except OverflowError:
+        return None
+    return score if math.isfinite(score) else None
 
 
 def _failed(name: str, line: str, artifacts: dict[str, str], wall: float) -> EvalResult:
@@ -62,8 +77,10 @@ class GenericProblem:
         self.regimes: list[str] = []
         self.scenarios: list[tuple[str, str]] = []
         self.timed = False
+        self.screens = False
         self.seed_code = seed_code
         self.evaluator = evaluator
+        self.evaluator_sha256 = _sha(evaluator)
         self.device = device
         self.cfg = cfg
         self.name = name
@@ -77,16 +94,9 @@ class GenericProblem:
     def from_files(
         cls, program: Path, evaluator: Path, device: str, cfg: SearchConfig
     ) -> GenericProblem:
-        for label, path in (("--program", program), ("--evaluator", evaluator)):
-            if not path.is_file():
-                raise ConfigError(f"{label}: no such file: {path}")
-        code = program.read_text()
+        code = read_program(program)
         try:
-            blocks.find_block(code)
-        except blocks.BlockError as err:
-            raise ConfigError(f"--program {program}: {err}") from None
-        try:
-            tree = ast.parse(evaluator.read_text())
+            tree = ast.parse(read_user_file("--evaluator", evaluator))
         except SyntaxError as err:
             raise ConfigError(f"--evaluator {evaluator}: not valid Python ({err.msg})") from None
         if not any(isinstance(n, ast.FunctionDef) and n.name == "evaluate" for n in tree.body):
@@ -109,58 +119,83 @@ class GenericProblem:
             "kind": "generic",
             "name": self.name,
             "evaluator": str(self.evaluator),
-            "evaluator_sha256": _sha(self.evaluator),
+            "evaluator_sha256": self.evaluator_sha256,
         }
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
-        from evokernel.evaluate import run_isolated
-
+    def job(self, code: str, promote_above: float | None = None) -> EvalJob:
         ev = self.cfg.evaluator
-        with tempfile.TemporaryDirectory(prefix="evokernel-generic-") as tmp:
-            program = Path(tmp) / "program.py"
-            program.write_text(code)
-            out = run_isolated(
-                self.evaluator,
-                "evaluate",
-                [str(program)],
-                timeout_s=ev.timeout_s,
-                memory_mb=ev.memory_mb,
-                cwd=self.evaluator.parent,
-            )
-        artifacts = {"stderr": out.stderr_tail, "stdout": out.stdout_tail}
-        if out.traceback:
-            artifacts["traceback"] = out.traceback
-        if not out.ok:
-            return _failed(self.name, out.reason or "crashed: no reason", artifacts, out.wall_s)
-        value = out.value
-        if not isinstance(value, dict):
-            line = reason("no-result", f"evaluate() returned {type(value).__name__}, not a dict")
-            return _failed(self.name, line, artifacts, out.wall_s)
-        score = value.get("combined_score")
-        numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
-        if not numeric or not math.isfinite(float(score or 0)):
-            line = reason("no-result", f"evaluate() gave no finite combined_score ({score!r})")
-            return _failed(self.name, line, artifacts, out.wall_s)
-        artifacts["metrics"] = json.dumps(value, sort_keys=True, default=str)
-        return EvalResult(
-            task=self.name,
-            candidate="program",
-            correct=True,
-            reasons=[],
-            stage="done",
-            device=None,
-            timing_label=LABEL,
-            artifacts=artifacts,
-            wall_s=out.wall_s,
+        return EvalJob(
+            kind="generic",
+            name=self.name,
+            device=self.device,
+            code=code,
+            timeout_s=ev.timeout_s,
+            memory_mb=ev.memory_mb,
+            time=False,
+            evaluator=str(self.evaluator),
+            evaluator_sha256=self.evaluator_sha256,
         )
+
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
+        return run_job(self.job(code), gpu)
 
     def fitness(self, result: EvalResult) -> float | None:
         if not result.correct or "metrics" not in result.artifacts:
             return None
-        return float(json.loads(result.artifacts["metrics"])["combined_score"])
+        return _score(json.loads(result.artifacts["metrics"]).get("combined_score"))
 
     def regime_speedups(self, result: EvalResult) -> dict[str, float]:
         return {}
 
     def hardware(self, result: EvalResult | None) -> dict[str, Any]:
         return {"device": self.device}
+
+
+def evaluate_program(job: EvalJob) -> EvalResult:
+    """Run a generic job: the user's `evaluate(path)` on the program, in `run_isolated`."""
+    from evokernel.evaluate import run_isolated
+
+    evaluator = Path(job.evaluator)
+    if not evaluator.is_file():
+        raise JobError(f"the evaluator {evaluator} does not exist on this worker")
+    if _sha(evaluator) != job.evaluator_sha256:
+        raise JobError(f"the evaluator {evaluator} on this worker differs from the run's")
+    with tempfile.TemporaryDirectory(prefix="evokernel-generic-") as tmp:
+        program = Path(tmp) / "program.py"
+        program.write_text(job.code)
+        out = run_isolated(
+            evaluator,
+            "evaluate",
+            [str(program)],
+            timeout_s=job.timeout_s,
+            memory_mb=job.memory_mb,
+            cwd=evaluator.parent,
+        )
+    artifacts = {"stderr": out.stderr_tail, "stdout": out.stdout_tail}
+    if out.traceback:
+        artifacts["traceback"] = out.traceback
+    if not out.ok:
+        return _failed(job.name, out.reason or "crashed: no reason", artifacts, out.wall_s)
+    value = out.value
+    if not isinstance(value, dict):
+        line = reason("no-result", f"evaluate() returned {type(value).__name__}, not a dict")
+        return _failed(job.name, line, artifacts, out.wall_s)
+    score = value.get("combined_score")
+    if _score(score) is None:
+        shown = repr(score) if len(repr(score)) <= 40 else repr(score)[:37] + "..."
+        line = reason("no-result", f"evaluate() gave no finite combined_score ({shown})")
+        return _failed(job.name, line, artifacts, out.wall_s)
+    artifacts["metrics"] = json.dumps(value, sort_keys=True, default=str)
+    return EvalResult(
+        task=job.name,
+        candidate="program",
+        correct=True,
+        reasons=[],
+        stage="done",
+        device=None,
+        timing_label=LABEL,
+        artifacts=artifacts,
+        wall_s=out.wall_s,
+    )

@@ -7,6 +7,7 @@ after, or why the child failed:
 
     p0012 offline:knob (BLOCK_N 64 -> 128) vs p0007: short 1.020x -> 1.100x, long 0.950x -> 0.910x
     p0013 llm:diff (unrolled the K loop) vs p0007: failed: mismatch: rel_l2 0.3 > 0.01
+    p0014 offline:knob (NUM_WARPS 4 -> 8) vs p0007: screened out: estimate 0.91 < 1.02
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def insight_line(child: Program, parent: Program | None, kind: str) -> str:
-    """`kind`: the problem's fitness kind (speedup | correctness | score)."""
+def insight_line(child: Program, parent: Program | None, kind: str, note: str = "") -> str:
+    """`kind`: the problem's fitness kind (speedup | correctness | score); `note`: why the
+    evaluator's cascade screened the child out, when it did."""
     change = f"{child.kind} ({_short(child.description, 100)})" if child.description else child.kind
     head = f"{child.id} {change}" + (f" vs {parent.id}" if parent is not None else "")
     if child.status == "rejected":
         return f"{head}: rejected: {_short(child.reasons[0] if child.reasons else '')}"
     if child.status == "failed":
         return f"{head}: failed: {_short(child.reasons[0] if child.reasons else '')}"
+    if child.status == "screened":
+        return f"{head}: screened out" + (f": {_short(note)}" if note else "")
     if kind == "correctness":
         return f"{head}: correct (CPU interpreter: correctness only, no timing)"
     if kind == "score":

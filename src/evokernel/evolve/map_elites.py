@@ -22,7 +22,9 @@ from typing import Any
 
 from evokernel.errors import ConfigError
 from evokernel.evolve.config import GridConfig
-from evokernel.tasks import blocks
+
+# `evokernel.tasks.blocks` is imported inside the functions below: importing the tasks package
+# loads torch, and the pure readers of a run (islands, summaries, status) import this module.
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class FeatureSpace:
 
 
 def _safe_knobs(code: str) -> dict[str, Any]:
+    from evokernel.tasks import blocks
+
     try:
         return blocks.knob_values(code)
     except blocks.BlockError:
@@ -77,6 +81,8 @@ def resolve_features(
 ) -> FeatureSpace:
     """The run's feature space. `regimes`: the task's public regimes in order (empty for a
     generic task); `timed`: whether speedups are measured (False on the CPU interpreter)."""
+    from evokernel.tasks import blocks
+
     declared = {k.name: k for k in blocks.parse_knobs(seed_code)} if seed_code else {}
     if grid.features == "auto":
         if timed and regimes:

@@ -1,18 +1,26 @@
 """What the search optimizes: a named kernel task, or a generic OpenEvolve-style program.
 
-The controller sees only the `Problem` protocol: a seed program, how to evaluate a program
-(always in an isolated process, through `evokernel.evaluate`), and how an `EvalResult` turns
-into a fitness and per-regime speedups. `KernelProblem` wraps a kernel task; `GenericProblem`
-(generic.py) wraps a user's `evaluate(path) -> dict`.
+The controller sees only the `Problem` protocol: a seed program, how one evaluation of a
+program is described (`job`, a self-contained `EvalJob` that a remote worker can run) and run
+here (`evaluate`, always in an isolated process, through `evokernel.evaluate`), and how an
+`EvalResult` turns into a fitness and per-regime speedups. `KernelProblem` wraps a kernel
+task; `GenericProblem` (generic.py) wraps a user's `evaluate(path) -> dict`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from evokernel.evaluate.result import EvalResult
+from evokernel.errors import ConfigError
 from evokernel.evolve import fitness as fit
+from evokernel.evolve.cascade import cascade_supported
 from evokernel.evolve.config import SearchConfig
+from evokernel.evolve.jobs import EvalJob, run_job
+from evokernel.tasks import blocks
+
+if TYPE_CHECKING:
+    from evokernel.evaluate.result import EvalResult
 
 
 class Problem(Protocol):
@@ -26,10 +34,16 @@ class Problem(Protocol):
     timed: bool  # whether speedups are measured (regime features, insights)
     fitness_kind: str  # "speedup" | "correctness" (CPU interpreter) | "score" (generic)
     fitness_label: str
+    screens: bool  # whether evaluations take a cascade threshold (`promote_above`)
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
-        """Evaluate one program in an isolated process. `slot`: the evaluation worker's index
-        (worker i uses GPU i when several are visible)."""
+    def job(self, code: str, promote_above: float | None = None) -> EvalJob:
+        """The evaluation of `code` as a self-contained job (for remote workers)."""
+        ...
+
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
+        """Evaluate one program here, in an isolated process, on visible GPU `gpu`."""
         ...
 
     def fitness(self, result: EvalResult) -> float | None: ...
@@ -50,6 +64,14 @@ class KernelProblem:
         from evokernel.tasks import get_task
 
         task = get_task(task_name)
+        public = task.scenarios(device)
+        names = [s.name for s in public]
+        for name in cfg.evaluator.screen_scenarios:
+            if name not in names:
+                raise ConfigError(
+                    f"evaluator.screen_scenarios: {task.name} has no public scenario {name!r} "
+                    f"on {device} (known: {', '.join(names)})"
+                )
         self.task = task
         self.name = task.name
         self.device = device
@@ -57,25 +79,34 @@ class KernelProblem:
         self.seed_code = seed_code or task.seed_candidate.read_text()
         self.interface = task.interface
         self.description = task.description
-        public = task.scenarios(device)
         self.scenarios = [(s.name, s.regime) for s in public]
         self.regimes = list(dict.fromkeys(s.regime or "all" for s in public))
         self.timed = device != "cpu"
         self.fitness_kind = "speedup" if self.timed else "correctness"
         self.fitness_label = fit.fitness_label(device)
+        # The cascade screens by speed: only where speed is measured.
+        self.screens = self.timed and cfg.evaluator.cascade == "auto" and cascade_supported()
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
-        from evokernel.evaluate import EvalOptions, evaluate
-
+    def job(self, code: str, promote_above: float | None = None) -> EvalJob:
         ev = self.cfg.evaluator
-        options = EvalOptions(
+        return EvalJob(
+            kind="kernel",
+            name=self.name,
+            device=self.device,
+            code=code,
             timeout_s=ev.timeout_s,
+            memory_mb=ev.memory_mb,
             time=self.timed,
             reps=ev.reps or None,
             profile=ev.profile,
-            memory_mb=ev.memory_mb,
+            screen_scenarios=tuple(ev.screen_scenarios),
+            promote_above=promote_above if self.screens else None,
         )
-        return evaluate(self.name, code, device=self.device, options=options)
+
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
+        return run_job(self.job(code, promote_above), gpu)
 
     def fitness(self, result: EvalResult) -> float | None:
         return fit.kernel_fitness(result, self.device)
@@ -99,6 +130,33 @@ class KernelProblem:
 
     def spec(self) -> dict[str, Any]:
         return {"kind": "kernel", "task": self.name}
+
+
+def read_user_file(label: str, path: Path) -> str:
+    """The text of a user file, or a one-line ConfigError saying why it cannot be used."""
+    if not path.exists():
+        raise ConfigError(f"{label}: no such file: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{label}: {path} is not a regular file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: {path} is not a text file (not UTF-8)") from None
+    except OSError as err:
+        raise ConfigError(f"{label}: cannot read {path}: {err.strerror or err}") from None
+    if "\0" in text:
+        raise ConfigError(f"{label}: {path} is not a text file (it holds NUL bytes)")
+    return text
+
+
+def read_program(path: Path, label: str = "--program") -> str:
+    """A program file with one well-formed EVOLVE-BLOCK (knob declarations included)."""
+    code = read_user_file(label, path)
+    try:
+        blocks.parse_knobs(code)  # also finds the block
+    except blocks.BlockError as err:
+        raise ConfigError(f"{label} {path}: {err}") from None
+    return code
 
 
 def problem_from_spec(

@@ -31,7 +31,9 @@ def progress_line(s: RunSummary, in_flight: int, eta_s: float | None) -> str:
             best += f" ({format_regimes(s.best['regimes'])})"
     parts = [
         f"iter {s.iterations_done}/{s.iterations_target}",
-        f"evaluated {s.evaluated} (valid {s.valid}, failed {s.failed})",
+        f"evaluated {s.evaluated} (valid {s.valid}, failed {s.failed}"
+        + (f", screened {s.screened})" if s.screened else ")"),
+        f"reused {s.reused}",
         f"rejected {s.rejected}",
         best,
         f"tokens {s.tokens} ${s.cost_usd:.4f}",

@@ -27,14 +27,21 @@ DB_NAME = "programs.sqlite"
 
 
 def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write `text` to `path` through a temporary file and a rename; a failure (disk full, a
+    read-only directory) is one `EvokernelError` line and leaves `path` as it was."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as err:
+        raise EvokernelError(f"cannot write {path}: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise EvokernelError(f"cannot write {path}: {err.strerror or err}") from None
         raise
 
 
@@ -59,26 +66,51 @@ class RunDir:
     def exists(self) -> bool:
         return self.db.exists()
 
-    @classmethod
-    def create(cls, path: Path) -> RunDir:
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    @staticmethod
+    def check_new(path: Path) -> None:
+        """Refuse `path` for a new run unless it is absent or an empty directory."""
+        try:
+            taken = path.exists() and (not path.is_dir() or any(path.iterdir()))
+        except OSError as err:
+            raise EvokernelError(f"cannot use {path} as a run directory: {err.strerror}") from None
+        if taken:
             raise EvokernelError(
                 f"run directory {path} already exists; pass --resume to continue it, "
                 "or choose another --out"
             )
-        path.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def create(cls, path: Path) -> RunDir:
+        cls.check_new(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".evokernel-write-test"
+            probe.write_text("")  # fail now, not at the first checkpoint
+            probe.unlink()
+        except OSError as err:
+            raise EvokernelError(
+                f"cannot create run directory {path}: {err.strerror or err}"
+            ) from None
         return cls(path)
 
     @classmethod
-    def open(cls, path: Path) -> RunDir:
+    def open(cls, path: Path, purpose: str = "to resume") -> RunDir:
+        """An existing run directory; `purpose` completes the error message."""
+        if not path.exists():
+            raise EvokernelError(f"no such run directory: {path}")
+        if not path.is_dir():
+            raise EvokernelError(f"{path} is not a run directory (not a directory)")
         run = cls(path)
         if not run.exists():
-            raise EvokernelError(f"{path} holds no run to resume (no {DB_NAME})")
+            raise EvokernelError(f"{path} holds no run {purpose} (no {DB_NAME})")
         return run
 
     def lock(self) -> IO[str]:
         """Hold the run's lock until the returned file is closed (or the process dies)."""
-        f = open(self.path / "lock", "w")  # noqa: SIM115 - held for the run's lifetime
+        try:
+            f = open(self.path / "lock", "w")  # noqa: SIM115 - held for the run's lifetime
+        except OSError as err:
+            raise EvokernelError(f"cannot lock {self.path}: {err.strerror or err}") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,35 +1,45 @@
 """Start or resume a search in a run directory, run it, and write its outputs.
 
-`open_session(request)` validates everything (device, config, task, features) before it
-creates the run directory, so a bad flag leaves nothing behind. A new run stores its whole
-definition in the database's `meta` (problem, device, resolved config, worker counts, target);
-`--resume` reads that back and accepts only `--iterations` (a new target) on top. A resumed
-run that has nothing left to do just reports.
+A *run* is a search and its directory; a *session* is one invocation that works on it (the
+first, and each `--resume`), from opening the directory to its stop. `Session` holds what a
+session needs: the run directory and its lock, the database, the problem, the configuration
+and the evaluation backend.
+
+`open_session(request)` validates everything (flags, device, config, task, features, the
+backend) before it creates the run directory, so a bad flag leaves nothing behind. A new run
+stores its whole definition in the database's `meta` (problem, device, resolved config, worker
+counts, target); `--resume` reads that back and accepts only `--iterations` (a new target) and
+where evaluations run (`--backend`, `--ray-address`) on top: a different `--task`, `--program`,
+`--evaluator`, `--config`, `--seed` or `--device` is refused. A resumed run that has nothing
+left to do just reports.
+
+Every session is recorded in `meta["sessions"]` (start, end, stop reason, backend); one that
+ends with an error records it, so `status` says why the run stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from evokernel import device as devices
-from evokernel.errors import ConfigError
-from evokernel.evolve.config import SearchConfig, config_from_dict, load_config
+from evokernel.errors import ConfigError, EvokernelError
+from evokernel.evolve.backends import Backend, open_backend
+from evokernel.evolve.config import MAX_ITERATIONS, SearchConfig, config_from_dict, load_config
 from evokernel.evolve.controller import FINISHING, Controller, SeedFailed
 from evokernel.evolve.database import SCHEMA_VERSION, Database
 from evokernel.evolve.dispatch import DispatchEntry, format_table, write_outputs
-from evokernel.evolve.llm.accounting import Accounting
-from evokernel.evolve.llm.config import LLMBudget
 from evokernel.evolve.map_elites import FeatureSpace, resolve_features
-from evokernel.evolve.mutators.registry import MutatorSet, build_mutators
-from evokernel.evolve.problem import KernelProblem, Problem, problem_from_spec
+from evokernel.evolve.mutators.registry import MutatorSet
+from evokernel.evolve.problem import KernelProblem, Problem, problem_from_spec, read_program
 from evokernel.evolve.progress import Progress
 from evokernel.evolve.rundir import RunDir, atomic_write
+from evokernel.evolve.sections import INT_LIMIT
 from evokernel.evolve.summary import RunSummary, summarize
-from evokernel.tasks import blocks
+from evokernel.evolve.types import code_digest
 
 
 @dataclass
@@ -43,6 +53,8 @@ class Request:
     resume: bool = False
     device: str | None = None
     seed: int | None = None
+    backend: str | None = None  # local | ray: overrides backend.kind
+    ray_address: str | None = None  # overrides backend.address
 
 
 @dataclass
@@ -55,15 +67,10 @@ class Outcome:
         return format_table(self.summary, self.table)
 
 
-def _workers(cfg: SearchConfig, device: str) -> tuple[int, int]:
-    """(evaluation workers, iterations in flight) with the config's 0 = auto resolved."""
-    workers = cfg.evaluator.workers
-    if workers == 0:
-        import torch
-
-        workers = max(1, torch.cuda.device_count()) if device == "cuda" else 1
-    lag = cfg.in_flight or workers + (cfg.llm.max_concurrency if cfg.uses_llm else 0)
-    return workers, lag
+def in_flight(cfg: SearchConfig, workers: int) -> int:
+    """Iterations in flight at once: `in_flight`, or 0 = auto: the evaluation workers, plus
+    the LLM requests that overlap them."""
+    return cfg.in_flight or workers + (cfg.llm.max_concurrency if cfg.uses_llm else 0)
 
 
 class Session:
@@ -75,8 +82,12 @@ class Session:
         cfg: SearchConfig,
         space: FeatureSpace,
         lock: IO[str],
+        backend: Backend,
+        owns_backend: bool = True,
     ):
         self.run, self.db, self.problem, self.cfg, self.space = run, db, problem, cfg, space
+        self.backend = backend
+        self._owns_backend = owns_backend
         self._lock = lock
 
     @property
@@ -108,16 +119,26 @@ class Session:
             mutators,
             self.space,
             lag=int(self.db.meta("lag", 1)),
-            workers=int(self.db.meta("workers", 1)),
+            backend=self.backend,
             on_commit=progress.update,
         )
         started = time.time()
         try:
-            controller.ensure_seed()
             progress.note(f"run {self.run.path}: {self.problem.name} on {self.problem.device}")
+            progress.note(self.backend.describe())
+            controller.ensure_seed()
             stop = controller.run(self.target, self.cfg.budget.wall_time_s)
         except SeedFailed:
             self._record("seed-failed", started, finished=True)
+            raise
+        except KeyboardInterrupt:
+            self._record("interrupted", started, finished=False)
+            raise
+        except Exception as err:
+            line = " ".join(str(err).split())
+            if not isinstance(err, EvokernelError):
+                line = f"{type(err).__name__}: {line}"
+            self._record("error", started, finished=False, error=line)
             raise
         finally:
             progress.close()
@@ -128,25 +149,64 @@ class Session:
 
     def build_mutators(self) -> MutatorSet:
         """The configured mutators, with the LLM tally restored from the last checkpoint."""
+        from evokernel.evolve.llm.accounting import Accounting
+        from evokernel.evolve.llm.config import LLMBudget
+        from evokernel.evolve.mutators.registry import build_mutators
+
         budget = LLMBudget(tokens=self.cfg.budget.tokens, cost_usd=self.cfg.budget.cost_usd)
         saved = self.db.meta("accounting")
         accounting = Accounting.from_dict(saved, budget) if saved else Accounting(budget)
         m = self.cfg.mutators
         return build_mutators(m.weights, self.cfg.llm, m.offline, m.prompt, accounting)
 
-    def _record(self, stop: str, started: float, finished: bool) -> None:
-        sessions = [*self.db.meta("sessions", []), {"started": started, "ended": time.time()}]
-        sessions[-1]["stop_reason"] = stop
-        state = {"finished": finished, "stop_reason": stop}
-        self.db.commit(meta={"state": state, "sessions": sessions})
+    def _record(self, stop: str, started: float, finished: bool, error: str = "") -> None:
+        entry = {"started": started, "ended": time.time(), "stop_reason": stop}
+        entry["backend"] = self.backend.describe()
+        if error:
+            entry["error"] = error
+        sessions = [*self.db.meta("sessions", []), entry]
+        state: dict[str, Any] = {"finished": finished, "stop_reason": stop}
+        if error:
+            state["error"] = error
+        # When the database itself is what failed, the original error is the one to report.
+        with contextlib.suppress(EvokernelError):
+            self.db.commit(meta={"state": state, "sessions": sessions})
 
     def _outputs(self, stop: str) -> Outcome:
         summary, table = write_outputs(self.db, self.run)
         return Outcome(stop, summary, table)
 
     def close(self) -> None:
-        self.db.close()
-        self._lock.close()
+        try:
+            if self._owns_backend:
+                self.backend.close()
+        finally:
+            self.db.close()
+            self._lock.close()
+
+
+# --- flags -----------------------------------------------------------------------------------
+def _check_iterations(iterations: int | None) -> None:
+    if iterations is not None and not 0 <= iterations <= MAX_ITERATIONS:
+        raise ConfigError(f"--iterations must be in [0, {MAX_ITERATIONS}], got {iterations}")
+
+
+def _with_flags(cfg: SearchConfig, req: Request) -> SearchConfig:
+    """`cfg` with the flags that override config keys, validated like the keys themselves."""
+    if req.seed is not None and not 0 <= req.seed < INT_LIMIT:
+        raise ConfigError(f"--seed must be in [0, {INT_LIMIT - 1}], got {req.seed}")
+    data = cfg.to_dict()
+    if req.iterations is not None:
+        data["budget"]["iterations"] = req.iterations
+    if req.seed is not None:
+        data["seed"] = req.seed
+    if req.backend is not None:
+        data["backend"]["kind"] = req.backend
+    if req.ray_address is not None:
+        data["backend"]["address"] = req.ray_address
+        if data["backend"]["kind"] != "ray":
+            raise ConfigError("--ray-address is for the ray backend: add --backend ray")
+    return config_from_dict(data)
 
 
 def _problem(req: Request, device: str, cfg: SearchConfig) -> Problem:
@@ -154,15 +214,7 @@ def _problem(req: Request, device: str, cfg: SearchConfig) -> Problem:
     if req.task:
         if req.evaluator:
             raise ConfigError("--evaluator is for generic tasks: give it without --task")
-        start = ""
-        if req.program is not None:
-            if not req.program.is_file():
-                raise ConfigError(f"--program: no such file: {req.program}")
-            start = req.program.read_text()
-            try:
-                blocks.find_block(start)
-            except blocks.BlockError as err:
-                raise ConfigError(f"--program {req.program}: {err}") from None
+        start = read_program(req.program) if req.program is not None else ""
         return KernelProblem(req.task, device, cfg, seed_code=start)
     if req.program and req.evaluator:
         from evokernel.evolve.generic import GenericProblem
@@ -171,27 +223,44 @@ def _problem(req: Request, device: str, cfg: SearchConfig) -> Problem:
     raise ConfigError("evolve needs --task TASK, or --program P.py with --evaluator E.py")
 
 
+def _devices() -> Any:
+    from evokernel import device
+
+    return device
+
+
+# --- new runs --------------------------------------------------------------------------------
 def _create(req: Request) -> Session:
+    _check_iterations(req.iterations)
+    devices = _devices()
     device = devices.resolve(req.device)
     devices.prepare(device)
-    cfg = load_config(req.config)
-    if req.iterations is not None:
-        cfg.budget.iterations = req.iterations
-    if req.seed is not None:
-        cfg.seed = req.seed
+    cfg = _with_flags(load_config(req.config), req)
     problem = _problem(req, device, cfg)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = req.out or Path("runs") / f"{problem.name.replace(':', '-')}-{stamp}"
     return create_session(out, problem, cfg)
 
 
-def create_session(out: Path, problem: Problem, cfg: SearchConfig) -> Session:
-    """A new run of `problem` in the new (or empty) directory `out`."""
+def create_session(
+    out: Path, problem: Problem, cfg: SearchConfig, backend: Backend | None = None
+) -> Session:
+    """A new run of `problem` in the new (or empty) directory `out`. `backend`: where its
+    evaluations run (default: the one `cfg.backend` names, opened here and closed with the
+    session)."""
     space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
-    workers, lag = _workers(cfg, problem.device)
-    run = RunDir.create(out)
-    lock = run.lock()
-    db = Database(run.db, synchronous=cfg.checkpoint.synchronous)
+    RunDir.check_new(out)  # before a backend is started
+    owned = backend is None
+    if backend is None:
+        backend = open_backend(cfg, problem.device)
+    try:
+        run = RunDir.create(out)
+        lock = run.lock()
+        db = Database.create(run.db, synchronous=cfg.checkpoint.synchronous)
+    except BaseException:
+        if owned:
+            backend.close()
+        raise
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "problem": problem.spec(),
@@ -202,23 +271,59 @@ def create_session(out: Path, problem: Problem, cfg: SearchConfig) -> Session:
         "config": cfg.to_dict(),
         "iterations_target": cfg.budget.iterations,
         "islands": cfg.islands.count,
-        "workers": workers,
-        "lag": lag,
+        "workers": backend.workers,
+        "lag": in_flight(cfg, backend.workers),
         "features": [f.key for f in space.features],
         "fitness_label": problem.fitness_label,
+        "screens": problem.screens,
         "created": time.time(),
     }
     db.commit(meta=meta)
     atomic_write(run.config, cfg.to_yaml())
-    return Session(run, db, problem, cfg, space, lock)
+    return Session(run, db, problem, cfg, space, lock, backend, owned)
 
 
+# --- resumed runs ----------------------------------------------------------------------------
 def _resume(req: Request) -> Session:
     if req.out is None:
         raise ConfigError("--resume needs --out RUN_DIR")
     if req.config is not None:
         raise ConfigError("--config cannot change a run: --resume keeps RUN_DIR's configuration")
-    return resume_session(req.out, req.iterations, req.device, req.seed)
+    _check_iterations(req.iterations)
+    return resume_session(
+        req.out,
+        req.iterations,
+        req.device,
+        req.seed,
+        task=req.task,
+        program=req.program,
+        evaluator=req.evaluator,
+        backend_kind=req.backend,
+        ray_address=req.ray_address,
+    )
+
+
+def _same_problem(
+    db: Database, run: Path, task: str | None, program: Path | None, evaluator: Path | None
+) -> None:
+    """Refuse flags that name another problem than the stored one."""
+    spec = db.meta("problem") or {}
+    kind = spec.get("kind")
+    if task is not None and (kind != "kernel" or spec.get("task") != task):
+        runs = spec.get("task") if kind == "kernel" else f"the generic program {spec.get('name')}"
+        raise ConfigError(f"{run} runs {runs}; --task cannot change a run")
+    started_from = code_digest(str(db.meta("seed_code", "")))
+    if program is not None and code_digest(read_program(program)) != started_from:
+        raise ConfigError(
+            f"{run} started from other code than {program}; --program cannot change a run"
+        )
+    if evaluator is not None:
+        stored = spec.get("evaluator")
+        if kind != "generic" or Path(evaluator).resolve() != Path(str(stored)):
+            raise ConfigError(
+                f"{run} is evaluated by {stored or 'its kernel task'}; "
+                "--evaluator cannot change a run"
+            )
 
 
 def resume_session(
@@ -227,29 +332,87 @@ def resume_session(
     device: str | None = None,
     seed: int | None = None,
     problem: Problem | None = None,
+    *,
+    task: str | None = None,
+    program: Path | None = None,
+    evaluator: Path | None = None,
+    backend_kind: str | None = None,
+    ray_address: str | None = None,
+    backend: Backend | None = None,
 ) -> Session:
-    """The run in `out`, to continue; `iterations` sets a new target. `problem` replaces the
-    stored problem definition (tests)."""
+    """The run in `out`, to continue; `iterations` sets a new target. `task`, `program`,
+    `evaluator`, `device` and `seed`, when given, must match the run's. `problem` stands for
+    the stored problem (its `spec()` must match; tests use it to evaluate in-process).
+    `backend_kind`/`ray_address` choose where this session evaluates (default: the run's
+    configuration); `backend` hands over an open one instead."""
     run = RunDir.open(out)
     lock = run.lock()
-    db = Database(run.db)
-    stored = str(db.meta("device"))
-    if device is not None and devices.resolve(device) != stored:
-        raise ConfigError(f"{run.path} runs on {stored}; it cannot resume on {device}")
-    cfg = config_from_dict(db.meta("config"))
-    if seed is not None and seed != cfg.seed:
-        raise ConfigError(f"{run.path} uses seed {cfg.seed}; --seed cannot change it")
-    if problem is None:
-        # The stored problem runs here again: its device must exist (a CUDA run cannot resume
-        # on a machine without one) and set the Triton mode, as when the run was created.
-        devices.prepare(devices.resolve(stored))
-        problem = problem_from_spec(db.meta("problem"), stored, cfg, db.meta("seed_code"))
-    space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
+    try:
+        db = Database(run.db)
+    except BaseException:
+        lock.close()
+        raise
+    try:
+        stored = str(db.meta("device"))
+        if device is not None and _devices().resolve(device) != stored:
+            raise ConfigError(f"{run.path} runs on {stored}; it cannot resume on {device}")
+        cfg = config_from_dict(db.meta("config"))
+        if seed is not None and seed != cfg.seed:
+            raise ConfigError(f"{run.path} uses seed {cfg.seed}; --seed cannot change it")
+        _same_problem(db, run.path, task, program, evaluator)
+        if backend_kind is not None or ray_address is not None:
+            cfg = _with_flags(cfg, Request(backend=backend_kind, ray_address=ray_address))
+        if problem is None:
+            # The stored problem runs here again: its device must exist (a CUDA run cannot
+            # resume on a machine without one) and set the Triton mode, as when it was created.
+            devices = _devices()
+            devices.prepare(devices.resolve(stored))
+            problem = problem_from_spec(db.meta("problem"), stored, cfg, db.meta("seed_code"))
+        elif problem.spec() != db.meta("problem"):
+            raise ConfigError(f"{run.path} runs another problem: {db.meta('problem')}")
+        space = resolve_features(cfg.grid, problem.regimes, problem.seed_code, problem.timed)
+        done = summarize(db).iterations_done
+        if iterations is not None and iterations < done:
+            raise ConfigError(
+                f"--iterations {iterations} is below the {done} iterations {run.path} has done"
+            )
+        owned = backend is None
+        if backend is None:
+            backend = open_backend(cfg, problem.device)
+    except BaseException:
+        db.close()
+        lock.close()
+        raise
     if iterations is not None and iterations != db.meta("iterations_target"):
         state = {"finished": False, "stop_reason": ""}
         db.commit(meta={"iterations_target": iterations, "state": state})
-    return Session(run, db, problem, cfg, space, lock)
+    return Session(run, db, problem, cfg, space, lock, backend, owned)
 
 
 def open_session(req: Request) -> Session:
     return _resume(req) if req.resume else _create(req)
+
+
+def run_search(
+    problem: Problem,
+    cfg: SearchConfig,
+    out: Path,
+    *,
+    backend: Backend | None = None,
+    resume: bool = False,
+    iterations: int | None = None,
+    stream: TextIO | None = None,
+    live: bool = False,
+) -> Outcome:
+    """Run one search of `problem` in `out` to its end (or continue it with `resume`), on
+    `backend` (default: the one `cfg.backend` names). The Python form of `evokernel evolve`."""
+    if resume:
+        session = resume_session(out, iterations, problem=problem, backend=backend)
+    else:
+        if iterations is not None:
+            cfg = _with_flags(cfg, Request(iterations=iterations))
+        session = create_session(out, problem, cfg, backend)
+    try:
+        return session.execute(stream=stream, live=live)
+    finally:
+        session.close()

@@ -18,7 +18,7 @@ from evokernel.evolve.rundir import RunDir
 def read_status(path: Path) -> tuple[str, dict[str, Any]]:
     from evokernel.evolve.summary import summarize
 
-    run = RunDir.open(path)
+    run = RunDir.open(path, purpose="to report on")
     db = Database(run.db, readonly=True)
     try:
         running = run.running()
@@ -30,6 +30,8 @@ def read_status(path: Path) -> tuple[str, dict[str, Any]]:
         state = "running"
     elif summary.finished:
         state = f"finished ({summary.stop_reason})"
+    elif summary.stop_reason == "error":
+        state = f"stopped (error: {summary.error}); continue with --resume"
     elif summary.stop_reason:
         state = f"stopped ({summary.stop_reason}); continue with --resume"
     else:

@@ -1,9 +1,13 @@
 """Where a run stands, computed from the database alone (shared by progress, status and
 summary.json, so they never disagree).
 
-Counts: `evaluated` programs were run through the evaluator (reused results do not count);
-of those `valid` were correct and `failed` were not. `rejected` proposals produced no program
-or broke the EVOLVE-BLOCK rule; `duplicates` repeated code their island already held.
+Counts: `evaluated` programs were run through the evaluator (the seed included; reused
+results do not count); of those `valid` were correct and `failed` were not, and `screened` of
+the valid ones were kept out of the full evaluation by the evaluator's cascade. Each iteration
+is one of: evaluated, `reused` (it repeated code evaluated before, on another island or in
+flight, and took that result), `duplicates` (it repeated code its own island already held) or
+`rejected` (no program, or the EVOLVE-BLOCK rule broken). `requeued` counts evaluation attempts
+lost to a worker or node that died under them and submitted again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ class RunSummary:
     failed: int
     rejected: int
     duplicates: int
+    reused: int
+    screened: int
+    requeued: int
     migrants: int
     islands: list[int]  # member programs per island
     cells: list[int]  # occupied grid cells per island
@@ -36,6 +43,7 @@ class RunSummary:
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
     finished: bool = False
     stop_reason: str = ""
+    error: str = ""  # why the last session ended with an error
     running: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,6 +74,11 @@ def summarize(db: Database, running: bool = False) -> RunSummary:
         failed=sum(1 for p in rows if p.evaluated_here and not p.correct),
         rejected=sum(1 for p in rows if p.status == "rejected"),
         duplicates=sum(1 for p in rows if p.status == "duplicate"),
+        reused=sum(1 for p in rows if p.reused),
+        screened=sum(1 for p in rows if p.evaluated_here and p.status == "screened"),
+        requeued=sum(
+            max(0, int(p.evaluated_on.get("attempts", 1)) - 1) for p in rows if p.evaluated_here
+        ),
         migrants=sum(1 for p in rows if p.migrant),
         islands=[len(pop.island(i)) for i in range(n_islands)],
         cells=[len(pop.grid(i)) for i in range(n_islands)],
@@ -84,5 +97,6 @@ def summarize(db: Database, running: bool = False) -> RunSummary:
         by_model=by_model,
         finished=bool(state.get("finished", False)),
         stop_reason=str(state.get("stop_reason", "")),
+        error=str(state.get("error", "")),
         running=running,
     )

@@ -21,6 +21,7 @@ as the head); different values -> a separate head, loaded like an untied checkpo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 
 from evokernel.errors import CheckpointError
-from evokernel.model.config import Qwen3Config, read_json_object
+from evokernel.model.config import Qwen3Config, is_regular_file, read_json_object
 from evokernel.model.safetensors_io import (
     TORCH_DTYPES,
     Header,
@@ -42,6 +43,7 @@ from evokernel.model.weights import hf_shapes
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,12 @@ def inspect_checkpoint(model_dir: str | Path, cfg: Qwen3Config | None = None) ->
         raise CheckpointError(f"{root}: not a directory")
     if cfg is None:
         cfg = Qwen3Config.from_dir(root)
-    if (root / SINGLE_FILE).is_file():
+    if is_regular_file(root / SINGLE_FILE):
         index = None
         header = read_header(root / SINGLE_FILE)
         headers: tuple[Header, ...] = (header,)
         located = {name: (header, e) for name, e in header.tensors.items()}
-    elif (root / INDEX_FILE).is_file():
+    elif is_regular_file(root / INDEX_FILE):
         index = root / INDEX_FILE
         headers, located = _read_sharded(root, index)
     else:
@@ -158,7 +160,7 @@ def _read_sharded(
     located: dict[str, tuple[Header, TensorEntry]] = {}
     for shard, names in by_shard.items():
         path = root / shard
-        if not path.is_file():
+        if not is_regular_file(path):
             raise CheckpointError(
                 f"{index}: shard {shard!r} (holding {names[0]!r}) is missing from {root}"
             )
@@ -202,8 +204,9 @@ def _match(
     index: Path | None,
     located: dict[str, tuple[Header, TensorEntry]],
 ) -> tuple[dict[str, tuple[Header, TensorEntry]], tuple[str, ...]]:
-    expected = hf_shapes(cfg)
     where = index or root / SINGLE_FILE
+    _check_layer_count(cfg, where, located)
+    expected = hf_shapes(cfg)
     missing = [n for n in expected if n not in located]
     if missing:
         hint = ""
@@ -236,6 +239,21 @@ def _match(
                 f"supported: {', '.join(TORCH_DTYPES)}"
             )
     return {n: located[n] for n in expected}, tuple(ignored)
+
+
+def _check_layer_count(
+    cfg: Qwen3Config, where: Path, located: dict[str, tuple[Header, TensorEntry]]
+) -> None:
+    """Name the first missing layer before listing every tensor the config implies: a config
+    claiming 10**9 layers would otherwise build a name table for each of them."""
+    present = {int(m[1]) for name in located if (m := _LAYER.match(name))}
+    if cfg.num_hidden_layers <= len(present):
+        return
+    first = next(i for i in range(len(present) + 1) if i not in present)
+    raise CheckpointError(
+        f"{where}: missing tensor 'model.layers.{first}.input_layernorm.weight' (config.json "
+        f"describes {cfg.num_hidden_layers} layers; the checkpoint holds {len(present)})"
+    )
 
 
 def _same_values(a: tuple[Header, TensorEntry], b: tuple[Header, TensorEntry]) -> bool:

@@ -12,6 +12,11 @@ Keys a config.json leaves out take transformers' `Qwen3Config` defaults (e.g. `h
 list) is merged into `eos_token_ids` after config.json's own, because generation stops on
 either (Qwen3 lists `<|im_end|>` in config.json and adds `<|endoftext|>` there).
 
+Token ids outside the vocabulary (`bos_token_id`, any `eos_token_id` of either file) are
+dropped with a one-line warning on stderr, printed once per file and key: transformers loads
+such configs (a hub config.json copied onto a small test vocabulary has them), and no token
+the model can emit could match them anyway.
+
 `Qwen3Config` is the one object the loader, the engine and the random-checkpoint writer
 share; it is frozen and validated in `__post_init__`.
 """
@@ -19,11 +24,16 @@ share; it is frozen and validated in `__post_init__`.
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
+import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evokernel.errors import CheckpointError
+from evokernel.errors import CheckpointError, ConfigError
 
 SUPPORTED_MODEL_TYPES = ("qwen3",)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -73,10 +83,12 @@ class Qwen3Config:
             raise CheckpointError(f"config: head_dim must be even for RoPE, got {self.head_dim}")
         if self.dtype not in DTYPE_NAMES:
             raise CheckpointError(f"config: unsupported dtype {self.dtype!r} (use {DTYPE_NAMES})")
-        if not (self.rms_norm_eps > 0):
-            raise CheckpointError(f"config: rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
-        if not (self.rope_theta > 0):
-            raise CheckpointError(f"config: rope_theta must be > 0, got {self.rope_theta!r}")
+        # JSON readers accept NaN, Infinity and 1e999: an infinite theta or epsilon would
+        # silently flatten RoPE or the norms.
+        for key in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value > 0):
+                raise CheckpointError(f"config: {key} must be finite and > 0, got {value!r}")
         ids: dict[str, tuple[int, ...]] = {"eos_token_id": self.eos_token_ids}
         if self.bos_token_id is not None:
             ids["bos_token_id"] = (self.bos_token_id,)
@@ -100,10 +112,38 @@ class Qwen3Config:
     def gqa_ratio(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
 
+    def check_tokens(
+        self, ids: Sequence[int], new_tokens: int, flag: str, positions: int | None = None
+    ) -> None:
+        """A one-line ConfigError unless every id of the prompt `ids` is in the vocabulary and
+        the prompt plus `new_tokens` fits in `positions` (default: max_position_embeddings).
+        `flag` names the option that sets `new_tokens`."""
+        limit = self.max_position_embeddings if positions is None else positions
+        if not ids:
+            raise ConfigError("every prompt needs at least one token")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ConfigError(
+                f"prompt token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})"
+            )
+        if len(ids) + new_tokens > limit:
+            raise ConfigError(
+                f"{flag} {new_tokens}: the {len(ids)}-token prompt + {new_tokens} exceeds the "
+                f"model's {limit} positions"
+            )
+
     # Parsing -----------------------------------------------------------------------------
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> Qwen3Config:
         """Parse an HF config dict (either layout). Errors name `source` and the key."""
+        cfg, dropped = cls._parse(d, source)
+        warn_outside_vocab(source, cfg.vocab_size, dropped)
+        return cfg
+
+    @classmethod
+    def _parse(cls, d: dict[str, Any], source: str) -> tuple[Qwen3Config, list[str]]:
+        """(config, "key ids" of each token id key whose ids outside the vocabulary were
+        dropped)."""
         model_type = d.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise CheckpointError(
@@ -128,6 +168,12 @@ class Qwen3Config:
         layer_types = d.get("layer_types") or []
         if not isinstance(layer_types, list):
             raise CheckpointError(f"{source}: layer_types must be a list")
+        layers = d["num_hidden_layers"]
+        if layer_types and len(layer_types) != layers:  # transformers refuses it too
+            raise CheckpointError(
+                f"{source}: layer_types has {len(layer_types)} entries; "
+                f"num_hidden_layers is {layers!r}"
+            )
         for i, kind in enumerate(layer_types):
             if kind != "full_attention":
                 raise CheckpointError(
@@ -149,10 +195,16 @@ class Qwen3Config:
             value = d.get(key)
             if value is not None and not isinstance(value, kind):
                 raise CheckpointError(f"{source}: {key} has the wrong type: {value!r}")
+        fields = _fields(d, heads, kv_heads, head_dim, rope_theta, dtype, source)
+        vocab = fields["vocab_size"]
+        dropped: list[str] = []
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+            fields["eos_token_ids"] = _in_vocab(fields["eos_token_ids"], vocab, "eos", dropped)
+            if fields["bos_token_id"] is not None:
+                bos = _in_vocab((fields["bos_token_id"],), vocab, "bos", dropped)
+                fields["bos_token_id"] = bos[0] if bos else None
         try:
-            return cls(
-                **_fields(d, heads, kv_heads, head_dim, rope_theta, dtype, source),
-            )
+            return cls(**fields), dropped
         except CheckpointError as err:
             raise CheckpointError(f"{source}: {str(err).removeprefix('config: ')}") from None
 
@@ -161,18 +213,16 @@ class Qwen3Config:
         if not Path(model_dir).is_dir():
             raise CheckpointError(f"{model_dir}: not a directory")
         path = Path(model_dir) / "config.json"
-        if not path.is_file():
+        if not is_regular_file(path):
             raise CheckpointError(f"{model_dir}: no config.json")
-        cfg = cls.from_hf_dict(read_json_object(path), source=str(path))
-        extra = read_generation_eos(model_dir)
+        cfg, dropped = cls._parse(read_json_object(path), source=str(path))
+        notes = [f"{path.name} {note}" for note in dropped]
+        extra = _in_vocab(read_generation_eos(model_dir), cfg.vocab_size, "eos", notes)
+        if len(notes) > len(dropped):
+            notes[-1] = f"{GENERATION_CONFIG} {notes[-1]}"
+        warn_outside_vocab(str(model_dir), cfg.vocab_size, notes)
         merged = cfg.eos_token_ids + tuple(i for i in extra if i not in cfg.eos_token_ids)
-        if merged == cfg.eos_token_ids:
-            return cfg
-        try:
-            return replace(cfg, eos_token_ids=merged)
-        except CheckpointError as err:
-            where = Path(model_dir) / GENERATION_CONFIG
-            raise CheckpointError(f"{where}: {str(err).removeprefix('config: ')}") from None
+        return cfg if merged == cfg.eos_token_ids else replace(cfg, eos_token_ids=merged)
 
     def to_hf_dict(self, layout: str = "transformers5") -> dict[str, Any]:
         """config.json content, loadable by transformers.
@@ -220,7 +270,7 @@ def _fields(
         num_attention_heads=heads,
         num_key_value_heads=heads if kv_heads is None else kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=_float(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", source),
         rope_theta=rope_theta,
         max_position_embeddings=d.get("max_position_embeddings", 32768),
         tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
@@ -233,10 +283,25 @@ def _fields(
 def read_generation_eos(model_dir: str | Path) -> tuple[int, ...]:
     """`eos_token_id` of `model_dir/generation_config.json` (empty when the file is absent)."""
     path = Path(model_dir) / GENERATION_CONFIG
-    if not path.is_file():
+    if not is_regular_file(path):
         return ()
     data = read_json_object(path)
     return _token_ids(data.get("eos_token_id"), str(path))
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether a regular file is at `path` (False when nothing is). Anything else there (a
+    directory, a FIFO, which would block its reader, a device) is a one-line CheckpointError,
+    not "missing"."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{path}: not a regular file")
+    return True
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -245,11 +310,40 @@ def read_json_object(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    except (ValueError, RecursionError) as err:
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors, as is an integer of more
+        # digits than Python converts; RecursionError: nesting deeper than the parser goes.
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path}: not valid JSON ({msg})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data
+
+
+_WARNED: set[str] = set()
+
+
+def _in_vocab(
+    ids: tuple[int, ...], vocab_size: int, kind: str, notes: list[str]
+) -> tuple[int, ...]:
+    """`ids` without those outside [0, vocab_size); a note names the dropped ones."""
+    outside = [i for i in ids if i >= vocab_size]
+    if outside:
+        notes.append(f"{kind}_token_id {', '.join(map(str, outside))}")
+    return tuple(i for i in ids if i < vocab_size)
+
+
+def warn_outside_vocab(source: str, vocab_size: int, notes: list[str]) -> None:
+    """One stderr line for the token ids `notes` name, printed once per process."""
+    if not notes:
+        return
+    message = (
+        f"warning: {source}: token ids outside the vocabulary [0, {vocab_size}) ignored: "
+        + "; ".join(notes)
+    )
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(message, file=sys.stderr)
 
 
 def _token_ids(value: object, source: str) -> tuple[int, ...]:
@@ -285,4 +379,11 @@ def _rope_theta(d: dict[str, Any], source: str) -> float:
         theta = 10000.0  # transformers' default when the key is absent
     if not isinstance(theta, (int, float)) or isinstance(theta, bool):
         raise CheckpointError(f"{source}: rope_theta must be a number, got {theta!r}")
-    return float(theta)
+    return _float(theta, "rope_theta", source)
+
+
+def _float(value: int | float, key: str, source: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range (JSON has no size limit)
+        raise CheckpointError(f"{source}: {key} is out of range for a float") from None

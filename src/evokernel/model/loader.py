@@ -10,6 +10,9 @@ the destination (q/k/v rows into `qkv_proj`, gate/up rows into `gate_up_proj`), 
 `dtype` on the way, and its mapped pages are dropped once copied: host RAM holds at most one
 tensor of the file beyond what the destination itself takes (nothing, on a GPU).
 
+Every tensor is checked for NaN and Inf as loaded, on the device (`finite.py`: one reduction
+per tensor, one host sync at the end); non-finite weights are a `CheckpointError` naming them.
+
 Tied embeddings: `weights.lm_head is weights.embed_tokens`. A tied config whose checkpoint
 also stores a *different* `lm_head.weight` gets it as a separate head, as transformers 5 does
 (see `checkpoint.py`); `lm_head is embed_tokens` then does not hold.
@@ -24,6 +27,7 @@ import torch
 from evokernel.errors import ConfigError
 from evokernel.model.checkpoint import Checkpoint, inspect_checkpoint
 from evokernel.model.config import Qwen3Config
+from evokernel.model.finite import FiniteCheck
 from evokernel.model.safetensors_io import Header, TensorEntry, TensorMap
 from evokernel.model.weights import HF_TENSOR_MAP, LayerWeights, Qwen3Weights
 
@@ -126,15 +130,18 @@ def _copy_all(
     sources: dict[str, tuple[Header, TensorEntry]],
     dest: dict[str, torch.Tensor],
 ) -> None:
+    finite = FiniteCheck()
     for header in ckpt.headers:
         entries = sorted((e for h, e in sources.values() if h is header), key=lambda e: e.begin)
         tmap = TensorMap(header)  # each file is read front to back
         try:
             for e in entries:
                 _copy_one(tmap.view(e.name), dest[e.name])
+                finite.add(e.name, dest[e.name])
                 tmap.release(e.name)
         finally:
             tmap.close()
+    finite.verify(ckpt)
 
 
 @torch.no_grad()

@@ -50,6 +50,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ NORM_NOISE = 0.1
 GENERATOR = "evokernel model random"  # safetensors metadata: marks files safe to overwrite
 BLOCK = 1 << 22  # elements drawn from one generator (blocks are drawn in parallel)
 METADATA = {"format": "pt", "generator": GENERATOR}
+# 11 header entries of ~130 bytes per layer: 10,000 layers keep a one-file header at ~15 MB,
+# far below safetensors' 100 MB limit (real models have at most a few hundred layers).
+MAX_LAYERS = 10_000
 
 
 @dataclass(frozen=True)
@@ -106,23 +110,59 @@ def write_random_checkpoint(
     `tokenizer=False` to skip the tokenizer files.
     """
     cfg, opts = resolve_options(preset, dtype, overrides)
-    out = _prepare(Path(out_dir))
     weight_dtype = resolve_dtype(cfg.dtype)
     specs = [TensorSpec(n, weight_dtype, s) for n, s in hf_shapes(cfg).items()]
-    groups = _split(specs, opts.shards)
+    _check_memory(specs)
+    out = _prepare(Path(out_dir))
+    try:
+        _check_disk(out, specs)
+        with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
 
-    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+            def produce(spec: TensorSpec) -> torch.Tensor:
+                return _random_tensor(spec, *init_stats(spec.name, cfg), seed, pool)
 
-        def produce(spec: TensorSpec) -> torch.Tensor:
-            return _random_tensor(spec, *init_stats(spec.name, cfg), seed, pool)
-
-        _write_weights(out, specs, groups, produce)
-    _write_json(out / "config.json", cfg.to_hf_dict(opts.layout))
-    generation = {"bos_token_id": cfg.bos_token_id, "eos_token_id": list(opts.generation_eos)}
-    _write_json(out / GENERATION_CONFIG, generation)
-    if opts.tokenizer:
-        write_byte_tokenizer(out, cfg.vocab_size, cfg.max_position_embeddings)
+            _write_weights(out, specs, _split(specs, opts.shards), produce)
+        _write_json(out / "config.json", cfg.to_hf_dict(opts.layout))
+        generation = {"bos_token_id": cfg.bos_token_id, "eos_token_id": list(opts.generation_eos)}
+        _write_json(out / GENERATION_CONFIG, generation)
+        if opts.tokenizer:
+            write_byte_tokenizer(out, cfg.vocab_size, cfg.max_position_embeddings)
+    except OSError as err:  # a full disk, a read-only file system, an I/O error
+        raise ConfigError(f"{out}: cannot write the checkpoint ({err.strerror or err})") from None
     return out
+
+
+def _check_memory(specs: list[TensorSpec]) -> None:
+    """Refuse shapes whose largest tensor does not fit twice in the RAM available (the writer
+    holds the tensor being written and the next one)."""
+    largest = max(specs, key=lambda s: s.nbytes)
+    available = _available_ram()
+    if available is not None and 2 * largest.nbytes > available:
+        raise ConfigError(
+            f"tensor {largest.name!r} {list(largest.shape)} takes {largest.nbytes / 1e9:.3g} GB; "
+            f"writing needs two such tensors in RAM, {available / 1e9:.3g} GB are available"
+        )
+
+
+def _check_disk(out: Path, specs: list[TensorSpec]) -> None:
+    need = sum(s.nbytes for s in specs)
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise ConfigError(
+            f"{out}: the checkpoint takes {need / 1e9:.3g} GB; "
+            f"the disk has {free / 1e9:.3g} GB free"
+        )
+
+
+def _available_ram() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _write_weights(
@@ -179,6 +219,9 @@ def resolve_options(
         fields[key] = value
     if not isinstance(shards, int) or shards < 1:
         raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    layers = fields["num_hidden_layers"]
+    if isinstance(layers, int) and layers > MAX_LAYERS:
+        raise ConfigError(f"layers must be at most {MAX_LAYERS}, got {layers}")
     if layout not in CONFIG_LAYOUTS:
         raise ConfigError(f"unknown config layout {layout!r} (use {', '.join(CONFIG_LAYOUTS)})")
     fields["dtype"] = str(resolve_dtype(dtype)).removeprefix("torch.")
@@ -240,9 +283,17 @@ def _prepare(out: Path) -> Path:
 
     Anything else in a non-empty directory (a real checkpoint above all) is left alone.
     """
+    if not str(out).strip():
+        raise ConfigError("empty output directory path")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # under a regular file, or a file system that refuses (/proc)
+        where = next((p for p in out.parents if p.exists()), out.parent)
+        raise ConfigError(
+            f"{out}: cannot create the directory in {where} ({err.strerror or err})"
+        ) from None
     weights = [out / SINGLE_FILE, *sorted(out.glob("model-*-of-*.safetensors"))]
     weights = [w for w in weights if w.is_file()]
     if any(out.iterdir()) and not (weights and all(map(_written_here, weights))):

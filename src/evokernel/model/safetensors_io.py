@@ -110,8 +110,8 @@ def read_header(path: Path) -> Header:
         raise CheckpointError(f"{path}: cannot read ({err.strerror or err})") from None
     try:
         obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        msg = str(err).splitlines()[0]
+    except (ValueError, RecursionError) as err:  # as in config.read_json_object
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"{path}: corrupt header: not valid JSON ({msg})") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: corrupt header: expected a JSON object")
@@ -170,10 +170,13 @@ class TensorMap:
 
     def __init__(self, header: Header) -> None:
         self.header = header
-        with header.path.open("rb") as f:
-            # ACCESS_COPY: private and writable, so torch.frombuffer needs no read-only warning;
-            # nothing writes to it, so no page is ever copied.
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        try:
+            with header.path.open("rb") as f:
+                # ACCESS_COPY: private and writable, so torch.frombuffer needs no read-only
+                # warning; nothing writes to it, so no page is ever copied.
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError) as err:  # gone since its header was read, or unmappable
+            raise CheckpointError(f"{header.path}: cannot map ({err})") from None
 
     def view(self, name: str) -> torch.Tensor:
         e = self.header.tensors[name]
@@ -249,6 +252,18 @@ def write_file(
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-(8 + len(raw)) % _ALIGN)
     tmp = path.with_name(path.name + ".partial")
+    try:
+        _stream(tmp, raw, specs, produce)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or Ctrl-C: leave no half-written file behind
+        tmp.unlink(missing_ok=True)
+        raise
+    return 8 + len(raw) + offset
+
+
+def _stream(
+    tmp: Path, raw: bytes, specs: list[TensorSpec], produce: Callable[[TensorSpec], torch.Tensor]
+) -> None:
     # The next tensor is produced while this one is written: at most two are in memory.
     with tmp.open("wb") as f, ThreadPoolExecutor(max_workers=1) as ahead:
         f.write(struct.pack("<Q", len(raw)))
@@ -262,5 +277,3 @@ def write_file(
                 raise ValueError(f"{s.name}: produced {t.dtype}{list(t.shape)}, want {s}")
             f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
             del t
-    os.replace(tmp, path)
-    return 8 + len(raw) + offset

@@ -18,6 +18,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from evokernel.errors import CheckpointError, ConfigError
+from evokernel.model.config import is_regular_file
 from evokernel.model.presets import MIN_VOCAB, SPECIAL_TOKENS, special_token_ids
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -67,7 +68,7 @@ def write_byte_tokenizer(out_dir: Path, vocab_size: int, max_length: int) -> Non
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer:
     path = Path(model_dir) / TOKENIZER_FILE
-    if not path.is_file():
+    if not is_regular_file(path):
         raise CheckpointError(f"{model_dir}: no {TOKENIZER_FILE} (use --prompt-ids instead)")
     try:
         return Tokenizer.from_file(str(path))

@@ -17,6 +17,8 @@ Shapes (N tokens = B sequences x T tokens each, H hidden, D head_dim, S = S_max)
                                                                        -> q [B, T, Hq, D]
   decode_attention(q [B, Hq, D], k_cache, v_cache, seq_lens [B] int32, scale) -> [B, Hq, D]
   prefill_attention(q [B, T, Hq, D], k_cache, v_cache, scale)          -> [B, T, Hq, D]
+
+The decode step's fused ops (ops/compose.py) are compositions of these.
 Caches are `[B, Hkv, S, D]` (engine/cache.py).
 """
 

@@ -1,13 +1,23 @@
 """OpSet: the engine's op names -> implementations. The Qwen3 step calls ops only by name.
 
-  OpSet.torch()                      every op from ops/reference.py (the reference)
-  OpSet.triton()                     our Triton kernels where written, the task seeds for
-                                     `linear` and `decode_attention`, torch for the rest
+  OpSet.torch()                      every plain op from ops/reference.py (the reference), the
+                                     fused decode ops as their compositions (ops/compose.py)
+  OpSet.triton(pdl=None)             our Triton kernels where written (the fused decode-step
+                                     kernels of ops/decode.py among them, launched with
+                                     programmatic dependent launch when `pdl`, by default on
+                                     sm_90+ GPUs), the task seeds for `linear` and
+                                     `decode_attention`, torch for the rest
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
-  opset.origin[name]                 where each op came from ("torch", "triton", a file path)
+  opset.origin[name]                 where each op came from ("torch", "triton", "triton+pdl",
+                                     a file path, or "composed" for a fused op built from
+                                     plain ops that are not all torch)
 
-Signatures and shapes are in ops/reference.py; `sample` is ops/sampling.py's. A Triton
-OpSet must be built after `evokernel.device.prepare(device)` (seeds define kernels on import).
+Plain ops (`PLAIN_OPS`) serve prefill and are the parts of the fused ops (`FUSED_OPS`) that
+decode calls. Replacing a plain op re-composes every fused op containing it from the new set
+(unless the same call replaces the fused op too), so a candidate for `linear` or
+`decode_attention` runs in decode as well. Signatures and shapes are in ops/reference.py and
+ops/compose.py; `sample` is ops/sampling.py's. A Triton OpSet must be built after
+`evokernel.device.prepare(device)` (seeds define kernels on import).
 
 `linear` candidates are decode kernels (the `decode_linear` task has few rows); products with
 more than `LINEAR_MAX_ROWS` rows (prefill) go to torch's cuBLAS path instead. `logits` stays on
@@ -17,18 +27,24 @@ torch: cuBLAS already reads the lm_head near copy bandwidth (docs/performance.md
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from evokernel import device as devices
 from evokernel.errors import TaskError
 from evokernel.ops import reference, sampling
 from evokernel.ops.candidates import entry_point, load_candidate, seed_path
+from evokernel.ops.compose import PARTS, composed
 
-OP_NAMES: tuple[str, ...] = (
+if TYPE_CHECKING:
+    from evokernel.ops.decode import DecodeTuning
+
+PLAIN_OPS: tuple[str, ...] = (
     "embed",
     "rms_norm",
     "linear",
@@ -40,6 +56,8 @@ OP_NAMES: tuple[str, ...] = (
     "logits",
     "sample",
 )
+FUSED_OPS: tuple[str, ...] = tuple(PARTS)
+OP_NAMES: tuple[str, ...] = PLAIN_OPS + FUSED_OPS
 
 LINEAR_MAX_ROWS = 16
 
@@ -70,18 +88,30 @@ class OpSet:
     residual_add: Op
     logits: Op
     sample: Op
+    norm_linear: Op
+    linear_residual: Op
+    norm_gate_up_silu: Op
+    decode_attention_qkv: Op
+    norm_logits: Op
+    greedy_head: Op
     origin: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def torch(cls) -> OpSet:
-        impls: dict[str, Op] = {n: getattr(reference, n) for n in OP_NAMES if n != "sample"}
+        impls: dict[str, Op] = {n: getattr(reference, n) for n in PLAIN_OPS if n != "sample"}
         impls["sample"] = sampling.sample
-        return cls(**impls, origin={name: "torch" for name in OP_NAMES})
+        impls.update({name: _unset for name in FUSED_OPS})
+        ops = cls(**impls, origin={name: "torch" for name in PLAIN_OPS})
+        return ops._recompose(set(FUSED_OPS))
 
     @classmethod
-    def triton(cls) -> OpSet:
-        from evokernel.ops import activation, norm, rope
+    def triton(cls, pdl: bool | None = None, tuning: DecodeTuning | None = None) -> OpSet:
+        """`pdl` None: programmatic dependent launch where supported (CUDA sm_90+);
+        `tuning`: launch choices of the fused decode kernels (its `pdl` is overridden)."""
+        from evokernel.ops import activation, decode, norm, rope
 
+        use_pdl = pdl_supported() if pdl is None else pdl
+        bound = dataclasses.replace(tuning or decode.DEFAULT, pdl=use_pdl)
         ops = cls.torch().replace(
             rms_norm=(norm.rms_norm, "triton"),
             residual_add=(norm.residual_add, "triton"),
@@ -91,26 +121,47 @@ class OpSet:
         for name in ("linear", "decode_attention"):
             if seed_path(name).is_file():
                 ops = ops.with_candidate(name, seed_path(name))
-        return ops
+        label = "triton+pdl" if use_pdl else "triton"
+        return ops.replace(
+            **{name: (functools.partial(getattr(decode, name), tuning=bound), label)
+               for name in FUSED_OPS}
+        )  # fmt: skip
 
     @classmethod
-    def named(cls, kind: str) -> OpSet:
-        """`torch` or `triton` (the CLI's --ops)."""
+    def named(cls, kind: str, pdl: bool | None = None) -> OpSet:
+        """`torch` or `triton` (the CLI's --ops); `pdl` as for `triton`."""
         if kind == "torch":
             return cls.torch()
         if kind == "triton":
-            return cls.triton()
+            return cls.triton(pdl)
         raise TaskError(f"unknown op set {kind!r} (use torch or triton)")
 
     def replace(self, **impls: tuple[Op, str]) -> OpSet:
-        """A copy with ops replaced: name=(implementation, origin label)."""
+        """A copy with ops replaced: name=(implementation, origin label). Fused ops containing
+        a replaced plain op are re-composed unless also given here."""
         unknown = set(impls) - set(OP_NAMES)
         if unknown:
             raise TaskError(f"unknown op {sorted(unknown)[0]!r} (ops: {', '.join(OP_NAMES)})")
         origin = dict(self.origin)
         origin.update({name: label for name, (_, label) in impls.items()})
         fns = {name: fn for name, (fn, _) in impls.items()}
-        return dataclasses.replace(self, **fns, origin=origin)
+        stale = {f for f, parts in PARTS.items() if f not in impls and set(parts) & set(impls)}
+        return dataclasses.replace(self, **fns, origin=origin)._recompose(stale)
+
+    def _recompose(self, names: set[str]) -> OpSet:
+        if not names:
+            return self
+        origin = dict(self.origin)
+        fns = {}
+        new = dataclasses.replace(self)  # composed ops look their parts up on this copy
+        for name in names:
+            fns[name] = composed(new, name)
+            torch_only = all(origin.get(part) == "torch" for part in PARTS[name])
+            origin[name] = "torch" if torch_only else "composed"
+        object.__setattr__(new, "origin", origin)
+        for name, fn in fns.items():
+            object.__setattr__(new, name, fn)
+        return new
 
     def with_candidate(self, op_name: str, path: str | Path, entry: str | None = None) -> OpSet:
         """A copy whose `op_name` is the function `entry` (default: the task's entry point,
@@ -127,3 +178,14 @@ class OpSet:
             raise KeyError(name)
         fn: Op = getattr(self, name)
         return fn
+
+
+def _unset(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("fused op used before it was composed")
+
+
+def pdl_supported() -> bool:
+    """Programmatic dependent launch needs a compiled (not interpreted) sm_90+ CUDA device."""
+    if devices.interpreted() or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability()[0] >= 9

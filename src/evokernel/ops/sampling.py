@@ -9,11 +9,16 @@ sync. The draw uses `generator` only, so the same seed gives the same tokens.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from evokernel.errors import ConfigError
+
+# Below this a temperature only risks overflowing logits / T to inf (and NaN probabilities);
+# its draws are the argmax anyway, which temperature 0 gives exactly.
+MIN_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -23,8 +28,12 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = no nucleus mask
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0):
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        t = self.temperature
+        if not (math.isfinite(t) and (t == 0 or t >= MIN_TEMPERATURE)):
+            raise ConfigError(
+                f"--temperature must be 0 (greedy) or a finite value >= {MIN_TEMPERATURE:g}, "
+                f"got {t}"
+            )
         if self.top_k < 0:
             raise ConfigError(f"--top-k must be >= 0, got {self.top_k}")
         if not (0 < self.top_p <= 1):

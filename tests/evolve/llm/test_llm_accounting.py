@@ -8,7 +8,7 @@ import pytest
 
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.config import LLMBudget, ModelSpec
-from evokernel.evolve.mutators.base import BudgetExceeded, Usage
+from evokernel.evolve.types import BudgetExceeded, Usage
 
 M = ModelSpec("m", prompt_usd_per_mtok=2.0, completion_usd_per_mtok=8.0)
 

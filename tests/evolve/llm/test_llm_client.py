@@ -14,7 +14,7 @@ from chat_server import ChatServer, Reply, completion
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.client import ChatClient, _retry_after
 from evokernel.evolve.llm.config import LLMBudget, LLMConfig, ModelSpec
-from evokernel.evolve.mutators.base import BudgetExceeded, text_digest
+from evokernel.evolve.types import BudgetExceeded, text_digest
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
 

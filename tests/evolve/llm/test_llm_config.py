@@ -55,7 +55,7 @@ def test_bad_llm_config(data, needle):
 
 
 def test_budget_and_offline_and_prompt_sections():
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="tokens must be >= 0"):
         LLMBudget(tokens=-1)
     assert OfflineConfig.from_dict({"transform_prob": 0.5}).transform_prob == 0.5
     with pytest.raises(ConfigError, match="unknown"):

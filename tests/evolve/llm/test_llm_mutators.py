@@ -11,10 +11,10 @@ from evokernel.errors import ConfigError
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.client import ChatClient
 from evokernel.evolve.llm.config import LLMBudget, LLMConfig, ModelSpec, pick_model
-from evokernel.evolve.mutators.base import BudgetExceeded, MutationContext, ProgramView, text_digest
 from evokernel.evolve.mutators.crossover import Crossover
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.registry import build_mutators
+from evokernel.evolve.types import BudgetExceeded, MutationContext, ProgramView, text_digest
 from evokernel.tasks.blocks import check_edit, knob_values, set_knobs
 
 

@@ -8,10 +8,10 @@ import math
 import random
 from dataclasses import replace
 
-from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import OfflineConfig
 from evokernel.evolve.mutators.knob_model import fit_effects, rank
 from evokernel.evolve.mutators.offline import OfflineMutator
+from evokernel.evolve.types import MutationContext, ProgramView
 from evokernel.tasks.blocks import knob_space, knob_values, parse_knobs, set_knobs
 
 # Separable: each knob has one best value; log-fitness adds the knobs' terms.

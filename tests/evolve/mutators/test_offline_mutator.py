@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.evolve.mutators.base import MutationContext, ProgramView, code_digest
 from evokernel.evolve.mutators.config import OfflineConfig
 from evokernel.evolve.mutators.crossover import Crossover, skeleton
 from evokernel.evolve.mutators.offline import OfflineMutator
+from evokernel.evolve.types import MutationContext, ProgramView, code_digest
 from evokernel.tasks.blocks import check_edit, knob_space, knob_values, parse_knobs, set_knobs
 
 SEEDS = sorted((Path(__file__).resolve().parents[3] / "src/evokernel/tasks").glob("*/seed.py"))

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats
-from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import PromptConfig
 from evokernel.evolve.prompts import PromptBuilder, clip, figures
+from evokernel.evolve.types import MutationContext, ProgramView
 from evokernel.tasks.blocks import find_block, set_knobs
 
 

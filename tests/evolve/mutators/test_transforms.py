@@ -203,4 +203,4 @@ def test_transformed_seeds_compute_the_same(seed, tmp_path, device):
             err = (out - ref).abs().max().item() / ref.abs().max().item()
             assert err < 1e-4, f"{seed.parent.name} {name} {extra}: {err}"
             checked += 1
-    assert checked >= 3
+    assert checked >= 2, f"only {checked} transforms apply to {seed.parent.name}"

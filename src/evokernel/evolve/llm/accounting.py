@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from evokernel.evolve.llm.config import LLMBudget, ModelSpec
-from evokernel.evolve.mutators.base import BudgetExceeded, Usage
+from evokernel.evolve.types import BudgetExceeded, Usage
 
 CHARS_PER_TOKEN = 3.0
 

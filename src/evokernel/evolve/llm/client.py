@@ -32,7 +32,7 @@ from typing import Any
 
 from evokernel.evolve.llm.accounting import Accounting, estimate_tokens
 from evokernel.evolve.llm.config import LLMConfig, ModelSpec
-from evokernel.evolve.mutators.base import Usage, text_digest
+from evokernel.evolve.types import Usage, text_digest
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 524, 529}
 _MAX_BODY = 16 << 20

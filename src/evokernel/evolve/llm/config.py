@@ -28,66 +28,22 @@ offline mutators only)::
 The run's spending limits are `LLMBudget(tokens, cost_usd)`, 0 meaning no limit: the same
 names as the search's top-level `budget:` section, from which the controller builds it.
 
-`LLMConfig.from_dict` builds the section from parsed YAML and raises `ConfigError` naming the
-key for an unknown key or a bad value.
+`LLMConfig.from_dict` builds the section from parsed YAML (`sections.build_section`) and raises
+`ConfigError` naming the key for an unknown key or a bad value.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
-import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from evokernel.errors import ConfigError
+from evokernel.evolve.sections import build_section, require
 
-T = TypeVar("T")
-
-
-def build_dataclass(cls: type[T], data: Any, where: str) -> T:
-    """`cls(**data)` with nested dataclass fields built recursively; unknown keys and bad
-    values raise `ConfigError` naming `where.key`."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        known = ", ".join(fields)
-        raise ConfigError(f"unknown config key '{where}.{unknown[0]}' (known: {known})")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{where}: {err}") from None
-
-
-def _coerce(hint: Any, value: Any, where: str) -> Any:
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return build_dataclass(hint, value, where)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if (
-        origin in (list, tuple)
-        and args
-        and isinstance(args[0], type)
-        and dataclasses.is_dataclass(args[0])
-    ):
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list")
-        items = [build_dataclass(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if origin is list else tuple(items)
-    return value
-
-
-def _check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(msg)
+MAX_TOKENS = 10_000_000  # completion tokens per answer: beyond any model's window
+MAX_SECONDS = 86_400.0  # one day: a longer wait is a typo
+MAX_CONCURRENCY = 1024  # one thread each
 
 
 def _number(value: Any) -> bool:
@@ -107,16 +63,24 @@ class ModelSpec:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.name, str) and bool(self.name), "a model needs a non-empty name")
-        _check(_number(self.weight) and self.weight >= 0, f"model {self.name}: weight must be >= 0")
+        require(isinstance(self.name, str) and bool(self.name), "name must not be empty")
+        require(_number(self.weight) and self.weight >= 0, "weight must be >= 0")
         for label in ("prompt_usd_per_mtok", "completion_usd_per_mtok"):
             price = getattr(self, label)
-            _check(_number(price) and price >= 0, f"model {self.name}: {label} must be >= 0")
-        _check(
-            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens > 0),
-            f"model {self.name}: max_tokens must be a positive integer",
+            require(_number(price) and price >= 0, f"{label} must be >= 0")
+        require(
+            self.temperature is None or (_number(self.temperature) and 0 <= self.temperature <= 2),
+            "temperature must be in [0, 2]",
         )
-        _check(isinstance(self.extra_body, dict), f"model {self.name}: extra_body: a mapping")
+        require(
+            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens > 0),
+            "max_tokens must be a positive integer",
+        )
+        require(
+            self.api_base is None or self.api_base.startswith(("http://", "https://")),
+            f"api_base must be an http(s) URL, got {self.api_base!r}",
+        )
+        require(isinstance(self.extra_body, dict), "extra_body must be a mapping")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (
@@ -133,8 +97,8 @@ class LLMBudget:
     cost_usd: float = 0.0
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.tokens, int) and self.tokens >= 0, "budget.tokens must be >= 0")
-        _check(_number(self.cost_usd) and self.cost_usd >= 0, "budget.cost_usd must be >= 0")
+        require(isinstance(self.tokens, int) and self.tokens >= 0, "tokens must be >= 0")
+        require(_number(self.cost_usd) and self.cost_usd >= 0, "cost_usd must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -152,33 +116,47 @@ class LLMConfig:
     max_concurrency: int = 4
 
     def __post_init__(self) -> None:
-        _check(
+        require(
             isinstance(self.api_base, str) and self.api_base.startswith(("http://", "https://")),
             f"api_base must be an http(s) URL, got {self.api_base!r}",
         )
-        _check(
+        require(
             _number(self.temperature) and 0 <= self.temperature <= 2,
             "temperature must be in [0, 2]",
         )
-        _check(isinstance(self.max_tokens, int) and self.max_tokens > 0, "max_tokens must be > 0")
-        _check(_number(self.timeout_s) and self.timeout_s > 0, "timeout_s must be > 0")
-        _check(isinstance(self.retries, int) and self.retries >= 0, "retries must be >= 0")
-        _check(_number(self.backoff_base_s) and self.backoff_base_s >= 0, "backoff_base_s >= 0")
-        _check(_number(self.backoff_max_s) and self.backoff_max_s >= 0, "backoff_max_s >= 0")
-        _check(
-            isinstance(self.max_concurrency, int) and self.max_concurrency >= 1,
-            "max_concurrency must be >= 1",
+        require(
+            self.top_p is None or (_number(self.top_p) and 0 < self.top_p <= 1),
+            "top_p must be in (0, 1]",
+        )
+        require(
+            isinstance(self.max_tokens, int) and 0 < self.max_tokens <= MAX_TOKENS,
+            f"max_tokens must be in [1, {MAX_TOKENS}]",
+        )
+        require(
+            _number(self.timeout_s) and 0 < self.timeout_s <= MAX_SECONDS,
+            f"timeout_s must be in (0, {MAX_SECONDS}]",
+        )
+        require(
+            isinstance(self.retries, int) and 0 <= self.retries <= 100,
+            "retries must be in [0, 100]",
+        )
+        for name in ("backoff_base_s", "backoff_max_s"):
+            value = getattr(self, name)
+            require(_number(value) and 0 <= value <= MAX_SECONDS, f"{name} must be in [0, 86400]")
+        require(
+            isinstance(self.max_concurrency, int) and 1 <= self.max_concurrency <= MAX_CONCURRENCY,
+            f"max_concurrency must be in [1, {MAX_CONCURRENCY}]",
         )
         names = [m.name for m in self.models]
-        _check(len(set(names)) == len(names), f"models: a name appears twice: {names}")
-        _check(
+        require(len(set(names)) == len(names), f"models: a name appears twice: {names}")
+        require(
             not self.models or any(m.weight > 0 for m in self.models),
             "models: at least one weight must be > 0",
         )
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "llm") -> LLMConfig:
-        return build_dataclass(cls, data, where)
+        return build_section(cls, data, where)
 
     @property
     def enabled(self) -> bool:

@@ -27,21 +27,20 @@ llm_rewrite, crossover).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from evokernel.evolve.llm.config import build_dataclass
 from evokernel.evolve.mutators.transforms import TRANSFORMS
+from evokernel.evolve.sections import build_section, require
 
-
-def _check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ValueError(msg)
+MAX_CHARS = 10_000_000  # a prompt limit beyond any model's context window is a typo
 
 
 def _prob(name: str, value: Any) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-    _check(ok, f"{name} must be a probability in [0, 1], got {value!r}")
+    require(ok, f"{name} must be a probability in [0, 1], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -55,17 +54,17 @@ class OfflineConfig:
 
     def __post_init__(self) -> None:
         for name in ("transform_prob", "two_knobs_prob", "jump_prob", "model_prob"):
-            _prob(f"offline.{name}", getattr(self, name))
-        _check(
-            isinstance(self.max_attempts, int) and self.max_attempts >= 1,
-            "offline.max_attempts must be >= 1",
+            _prob(name, getattr(self, name))
+        require(
+            isinstance(self.max_attempts, int) and 1 <= self.max_attempts <= 100_000,
+            "max_attempts must be in [1, 100000]",
         )
         unknown = [t for t in self.transforms if t not in TRANSFORMS]
-        _check(not unknown, f"offline.transforms: unknown {unknown} (known: {list(TRANSFORMS)})")
+        require(not unknown, f"transforms: unknown {unknown} (known: {list(TRANSFORMS)})")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "mutators.offline") -> OfflineConfig:
-        return build_dataclass(cls, data, where)
+        return build_section(cls, data, where)
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class PromptConfig:
     max_inspiration_chars: int = 6000
     max_artifact_chars: int = 3000
     max_insights: int = 16
-    template_dir: str | None = None
+    template_dir: str | None = None  # a directory of .txt files overriding built-in templates
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,12 +84,21 @@ class PromptConfig:
             "max_artifact_chars",
         ):
             value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 200, f"prompt.{name} must be >= 200")
-        _check(
-            isinstance(self.max_insights, int) and self.max_insights >= 0,
-            "prompt.max_insights must be >= 0",
+            require(
+                isinstance(value, int) and 200 <= value <= MAX_CHARS,
+                f"{name} must be in [200, {MAX_CHARS}]",
+            )
+        require(
+            isinstance(self.max_insights, int) and 0 <= self.max_insights <= 10_000,
+            "max_insights must be in [0, 10000]",
         )
+        if self.template_dir is not None:
+            # Stored as an absolute path: a resumed run reads the same templates from any
+            # working directory.
+            path = Path(os.path.expanduser(self.template_dir))
+            require(path.is_dir(), f"template_dir: no such directory: {self.template_dir}")
+            object.__setattr__(self, "template_dir", str(path.resolve()))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "mutators.prompt") -> PromptConfig:
-        return build_dataclass(cls, data, where)
+        return build_section(cls, data, where)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from evokernel.evolve.mutators.base import MutationContext, ProgramView, Proposal, is_seen
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.offline import describe_knobs
+from evokernel.evolve.types import MutationContext, ProgramView, Proposal, is_seen
 from evokernel.tasks.blocks import BlockError, find_block, parse_knobs, set_knobs
 
 _VALUE = re.compile(r"^(?P<head>[A-Za-z_]\w*\s*(?::[^=#]+)?=\s*)[^#]+?(?P<tail>\s*#\s*tune:.*)$")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from evokernel.evolve.llm.client import ChatClient, ChatReply
 from evokernel.evolve.llm.config import ModelSpec, pick_model
-from evokernel.evolve.mutators.base import MutationContext, ProgramView, Proposal
 from evokernel.evolve.mutators.diff import apply_edits, parse_edits
 from evokernel.evolve.mutators.extract import change_line, extract_rewrite
 from evokernel.evolve.prompts import MODES, PromptBuilder
+from evokernel.evolve.types import MutationContext, ProgramView, Proposal
 
 
 class LLMMutator:

@@ -24,10 +24,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from evokernel.evolve.mutators.base import MutationContext, Proposal, is_seen
 from evokernel.evolve.mutators.config import OfflineConfig
 from evokernel.evolve.mutators.knob_model import rank
 from evokernel.evolve.mutators.transforms import TRANSFORMS
+from evokernel.evolve.types import MutationContext, Proposal, is_seen
 from evokernel.tasks.blocks import (
     BlockError,
     Knob,

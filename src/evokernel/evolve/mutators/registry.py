@@ -21,17 +21,16 @@ import random
 from dataclasses import dataclass
 
 from evokernel.errors import ConfigError
+from evokernel.evolve.config import MUTATOR_NAMES as NAMES
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.client import ChatClient
 from evokernel.evolve.llm.config import LLMConfig
-from evokernel.evolve.mutators.base import Mutator
 from evokernel.evolve.mutators.config import OfflineConfig, PromptConfig
 from evokernel.evolve.mutators.crossover import Crossover
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.offline import OfflineMutator
 from evokernel.evolve.prompts import PromptBuilder
-
-NAMES = ("offline", "llm_diff", "llm_rewrite", "crossover")
+from evokernel.evolve.types import Mutator
 
 
 @dataclass

@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from evokernel.errors import ConfigError
 from evokernel.evaluate.result import EvalResult
 from evokernel.evolve.llm.client import prompt_text
-from evokernel.evolve.mutators.base import MutationContext, ProgramView
 from evokernel.evolve.mutators.config import PromptConfig
+from evokernel.evolve.types import MutationContext, ProgramView
 from evokernel.tasks.blocks import BlockError, find_block
 
 MODES = ("diff", "rewrite", "crossover")
@@ -186,17 +187,47 @@ def _shrinking(sizes: _Sizes) -> Iterator[_Sizes]:
     yield replace(s, fixed_chars=min(s.fixed_chars, 400))
 
 
+TEMPLATES = (
+    "system",
+    "task",
+    "parent",
+    "artifacts",
+    "failure",
+    "inspirations",
+    "insights",
+    *MODES,
+)
+
+
+def _overrides(template_dir: str | None) -> dict[str, str]:
+    """The `.txt` files of `template_dir`, read now, so that a misnamed or unreadable file is
+    a configuration error at start-up, not a failure of every proposal."""
+    if not template_dir:
+        return {}
+    texts = {}
+    for path in sorted(Path(template_dir).glob("*.txt")):
+        if path.stem not in TEMPLATES:
+            raise ConfigError(
+                f"mutators.prompt.template_dir: {path.name} is not a template name "
+                f"(known: {', '.join(t + '.txt' for t in TEMPLATES)})"
+            )
+        try:
+            texts[path.stem] = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"mutators.prompt.template_dir: cannot read {path}: {err}") from None
+    return texts
+
+
 class PromptBuilder:
     def __init__(self, config: PromptConfig | None = None) -> None:
         self.config = config or PromptConfig()
+        self._texts = _overrides(self.config.template_dir)
         self._templates: dict[str, string.Template] = {}
 
     def template(self, name: str) -> string.Template:
         if name not in self._templates:
-            override = Path(self.config.template_dir or "") / f"{name}.txt"
-            if self.config.template_dir and override.is_file():
-                text = override.read_text()
-            else:
+            text = self._texts.get(name)
+            if text is None:
                 text = resources.files(__package__).joinpath(f"{name}.txt").read_text()
             self._templates[name] = string.Template(text)
         return self._templates[name]

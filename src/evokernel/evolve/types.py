@@ -1,23 +1,29 @@
-"""The one interface every mutator implements; the controller never knows which one it holds.
+"""The search's shared vocabulary: every other module of `evokernel.evolve` imports these
+downward, and this module imports nothing of the search (and no torch), so the pure parts
+(database, islands, summaries, configuration) load without the mutators, the LLM client or the
+evaluator.
 
-A mutator reads a `MutationContext` (the parent, inspirations, the task, the hardware, insights
-from earlier attempts, and the run's random generator) and returns a `Proposal`: a whole new
-program source, or no source and a one-line reason (a diff that did not apply, an edit outside
-the EVOLVE-BLOCK, an endpoint that failed). The controller checks the EVOLVE-BLOCK rule again,
-evaluates the source through `evokernel.evaluate`, and stores everything in the database.
+  code_digest / text_digest   what "the same program" and "the same prompt" mean (sha256)
+  ProgramView                 what a mutator may know about a stored program
+  Usage                       tokens and money of one LLM exchange
+  Proposal                    what a mutator returns: a whole new source, or a one-line error
+  MutationContext, Mutator    the one interface every mutator implements
+  BudgetExceeded              the run's LLM budget is spent (raised before anything is sent)
 
-`propose` never raises for a bad answer, a dead endpoint or a parent it cannot mutate: those
-come back as `Proposal(code=None, error=...)`. The one exception it raises on purpose is
-`BudgetExceeded` (from mutators that spend tokens or money): the run's budget is spent, nothing
-was sent, and the controller should finish the evaluations in flight, checkpoint and stop.
+The mutator contract: a mutator reads a `MutationContext` (the parent, inspirations, the task,
+the hardware, insights from earlier attempts, and the iteration's random generator) and returns
+a `Proposal`. `propose` never raises for a bad answer, a dead endpoint or a parent it cannot
+mutate: those come back as `Proposal(code=None, error=...)`. The one exception it raises on
+purpose is `BudgetExceeded`: nothing was sent, and the controller finishes the evaluations in
+flight, checkpoints and stops.
 
-Determinism: a mutator draws randomness only from `ctx.rng`, which the controller seeds and
-checkpoints; it draws all of it before any blocking call. Mutators that call an LLM may block;
-the controller runs them in worker threads, each with its own `ctx.rng`.
+Determinism: a mutator draws randomness only from `ctx.rng`, which the controller derives from
+(seed, iteration); it draws all of it before any blocking call. Mutators that call an LLM may
+block; the controller runs them in threads, each with its own `ctx.rng`.
 
 Already-tried programs: `ctx.seen` (optional) is either a callable `code -> bool` or a set of
-`code_digest(code)` values; mutators that enumerate (the offline knob mutator) skip programs
-it reports as tried.
+`code_digest(code)` values; mutators that enumerate (the offline knob mutator) skip programs it
+reports as tried.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ import hashlib
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evokernel.errors import EvokernelError
-from evokernel.evaluate.result import EvalResult
+
+if TYPE_CHECKING:
+    from evokernel.evaluate.result import EvalResult
 
 Seen = Callable[[str], bool] | Collection[str]
 """`code -> already tried?`, or a collection of `code_digest(code)` strings."""

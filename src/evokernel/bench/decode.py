@@ -1,0 +1,245 @@
+"""`evokernel bench decode`: batch-1 decode by context position, our engine and the baselines,
+in one process on one checkpoint, written as one result file (JSON + CSV, docs/bench.md).
+
+    doc = run_decode_bench(DecodeBenchOptions(...), progress=print_to_stderr)
+
+Order of work: the environment and the copy bandwidth first (while the GPU is empty); then
+system by system (each loaded once, measured at every position, then freed, so one model's
+memory at a time and each compile is reused across positions); a row per system and position
+(`stepping.measure_cell`), a failed one with its `error`. The file is rewritten after every
+row, so an interrupted run leaves what it measured. `max_minutes` stops starting new rows
+(they get an error saying so), so a run ends with a complete file before an outer time limit.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel import device as devices
+from evokernel.bench import floor
+from evokernel.bench.env import collect_env
+from evokernel.bench.nvml import Nvml
+from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
+from evokernel.bench.stepping import CellPlan, measure_cell
+from evokernel.bench.systems import load_system, skip_reason
+from evokernel.errors import ConfigError
+from evokernel.model.config import Qwen3Config
+
+
+@dataclass(frozen=True)
+class Suite:
+    positions: tuple[int, ...]
+    steps: int
+    warmup: int
+    power_window_ms: float
+
+
+SUITES = {
+    "quick": Suite((1, 128, 512, 1024, 4096), steps=64, warmup=8, power_window_ms=500),
+    "full": Suite(
+        (1, 128, 512, 1024, 4096, 8192, 16384, 32768), steps=64, warmup=8, power_window_ms=500
+    ),
+    # The CPU: a check of the benchmark's own code on a small model, never a speed figure.
+    "smoke": Suite((1, 128, 320), steps=8, warmup=2, power_window_ms=0),
+}
+CPU_LABEL = "cpu-smoke ({dtype} on the CPU, compile backend eager; no speed claim)"
+
+
+@dataclass(frozen=True)
+class DecodeBenchOptions:
+    model_dir: Path
+    suite: str  # quick | full | smoke
+    systems: tuple[str, ...]
+    positions: tuple[int, ...]
+    steps: int
+    warmup: int
+    device: str  # cuda | cpu
+    dtype: torch.dtype
+    power_window_ms: float
+    out: Path
+    command: str
+    max_minutes: float | None = None
+    label: str | None = None
+    engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
+
+    def __post_init__(self) -> None:
+        if not self.positions or min(self.positions) < 1:
+            raise ConfigError("--positions: every position must be >= 1 (a prompt of that many)")
+        if len(set(self.positions)) != len(self.positions):
+            raise ConfigError("--positions: a position is named twice")
+        if self.steps < 2:
+            raise ConfigError(f"--steps must be >= 2, got {self.steps}")
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup must be >= 0, got {self.warmup}")
+
+
+@dataclass
+class _Run:
+    opts: DecodeBenchOptions
+    doc: dict[str, Any]
+    progress: Callable[[str], None]
+    started: float = field(default_factory=time.monotonic)
+
+    def over_budget(self) -> bool:
+        limit = self.opts.max_minutes
+        return limit is not None and time.monotonic() - self.started > limit * 60
+
+    def add(self, row: Row) -> None:
+        self.doc["results"].append(row.to_dict())
+        write(self.doc, self.opts.out)
+
+
+def run_decode_bench(
+    opts: DecodeBenchOptions, progress: Callable[[str], None] = lambda line: None
+) -> dict[str, Any]:
+    """Run the benchmark, write `opts.out` (and its CSV); return the document."""
+    cfg = Qwen3Config.from_dir(opts.model_dir)
+    plans = [CellPlan(p, opts.steps, opts.warmup, opts.power_window_ms) for p in opts.positions]
+    max_need = max(plan.need for plan in plans)
+    if max_need > cfg.max_position_embeddings:
+        raise ConfigError(
+            f"position {max(opts.positions)} + {max_need - max(opts.positions)} decode steps "
+            f"exceeds the model's {cfg.max_position_embeddings} positions"
+        )
+    devices.prepare(opts.device)  # Triton's mode, before any kernel is imported
+    itemsize = torch.empty((), dtype=opts.dtype).element_size()
+    progress(f"measuring the copy bandwidth on {opts.device} ...")
+    env = collect_env(opts.device)
+    run = _Run(opts, _new_doc(opts, cfg, itemsize, env), progress)
+    model = run.doc["model"]
+    meter = Nvml.open(torch.cuda.current_device()) if opts.device == "cuda" else None
+    for name in opts.systems:
+        reason = skip_reason(name, opts.device)
+        if reason is not None:
+            run.doc["skipped"][name] = reason
+            progress(f"{name}: skipped ({reason})")
+            continue
+        run.doc["systems"].append(name)
+        _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need)
+    write(run.doc, opts.out)
+    return run.doc
+
+
+def _run_system(
+    run: _Run,
+    name: str,
+    plans: list[CellPlan],
+    cfg: Qwen3Config,
+    copy_gbps: float,
+    model: dict[str, Any],
+    meter: Nvml | None,
+    max_need: int,
+) -> None:
+    opts = run.opts
+    if run.over_budget():
+        for plan in plans:
+            run.add(Row(name, plan.position, plan.steps, error=_budget_error(opts)))
+        return
+    t0 = time.perf_counter()
+    try:
+        system = load_system(
+            name, opts.model_dir, opts.device, opts.dtype, max_need, opts.engine_ops
+        )
+    except Exception as err:
+        line = f"load failed: {error_line(err)}"
+        run.progress(f"{name}: {line}")
+        for plan in plans:
+            run.add(Row(name, plan.position, plan.steps, error=line))
+        _free(opts.device)
+        return
+    run.progress(f"{name}: loaded in {time.perf_counter() - t0:.1f} s")
+    cache_lens = run.doc["options"]["cache_len"].setdefault(name, {})
+    for plan in plans:
+        if run.over_budget():
+            run.add(Row(name, plan.position, plan.steps, error=_budget_error(opts)))
+            continue
+        prompt = prompt_ids(cfg.vocab_size, plan.position)
+        floor_ms = floor.floor_ms(
+            model["weight_bytes"], model["kv_bytes_per_token"], plan.position, copy_gbps
+        )
+        row, cache_len = measure_cell(system, prompt, plan, floor_ms, meter, opts.device)
+        cache_lens[str(plan.position)] = cache_len
+        run.progress(progress_line(row, cache_len))
+        run.add(row)
+    try:
+        run.doc["options"]["setup"][name] = system.setup()
+        system.close()
+    finally:
+        del system
+        _free(opts.device)
+    write(run.doc, opts.out)
+
+
+def _budget_error(opts: DecodeBenchOptions) -> str:
+    return f"not run: --max-minutes {opts.max_minutes:g} reached"
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def prompt_ids(vocab_size: int, length: int) -> list[int]:
+    """A fixed prompt of `length` valid ids, spread over the vocabulary (the same every run)."""
+    return [(7 + 7919 * i) % vocab_size for i in range(length)]
+
+
+def progress_line(row: Row, cache_len: int | None) -> str:
+    head = f"{row.system:<10} position {row.position:>6}"
+    if row.error is not None:
+        return f"{head}: error: {row.error} ({row.wall_s or 0:.1f} s)"
+    assert row.tok_s is not None and row.pct_floor is not None and row.ttft_ms is not None
+    cache = "growing" if cache_len is None else str(cache_len)
+    return (
+        f"{head}: {row.tok_s:9.1f} tok/s, p50 {row.ms_p50:.4f} ms, {row.pct_floor:5.1f}% of "
+        f"floor, TTFT {row.ttft_ms:.2f} ms, cache {cache} ({row.wall_s:.1f} s)"
+    )
+
+
+def _new_doc(
+    opts: DecodeBenchOptions, cfg: Qwen3Config, itemsize: int, env: dict[str, Any]
+) -> dict[str, Any]:
+    config_keys = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings",
+    )  # fmt: skip
+    return {
+        "kind": KIND,
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "suite": opts.suite,
+        "label": opts.label,
+        "command": opts.command,
+        "model": {
+            "dir": str(opts.model_dir),
+            "name": opts.model_dir.resolve().name,
+            "dtype": str(opts.dtype).removeprefix("torch."),
+            "config": {k: getattr(cfg, k) for k in config_keys},
+            "weight_bytes": floor.weight_bytes(cfg, itemsize),
+            "kv_bytes_per_token": floor.kv_bytes_per_token(cfg, itemsize),
+        },
+        "env": env,
+        "options": {
+            "steps": opts.steps,
+            "warmup": opts.warmup,
+            "batch": 1,
+            "positions": list(opts.positions),
+            "power_window_ms": opts.power_window_ms,
+            "timer": "host clock per step" if opts.device == "cpu" else "CUDA events per step",
+            "max_minutes": opts.max_minutes,
+            "cache_len": {},  # system -> {position: KV cache positions, null when it grows}
+            "setup": {},  # system -> how it ran (ops, compile settings, graphs compiled)
+        },
+        "systems": [],
+        "skipped": {},
+        "results": [],
+    }

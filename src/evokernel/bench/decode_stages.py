@@ -1,0 +1,329 @@
+"""Where a decode step's time goes: each stage alone, and the whole step, against byte floors.
+
+    python -m evokernel.bench.decode_stages --model DIR [--positions 1,4096] [--out F.json]
+        [--variants default,no-pdl,tile16k,...]
+
+For each launch variant of the fused decode kernels (a `DecodeTuning`, with or without
+programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
+
+  * every stage of the step alone, as a CUDA graph of that stage over all L layers (distinct
+    weights per layer, so L2 is cold as in a real step), replayed: qkv (norm + qkv GEMV),
+    attention (q/k norm, RoPE, cache append, split-KV attention at the first --positions
+    entry past 1), o_proj (+ residual), gate_up (norm + gate/up GEMV + SiLU-mul), down
+    (+ residual), head (final norm + lm_head + argmax); per layer in microseconds against the
+    stage's byte floor (its weight / KV bytes over the copy bandwidth measured in this run);
+  * the whole greedy step as the engine runs it (one graph) at each position: microseconds,
+    tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
+    the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
+    gaps between graph launches count, as in a decode loop).
+
+Replays are timed one by one with CUDA events after a warm-up; medians are reported. The KV
+cache holds random values (never time on zeros). Prints a table; writes JSON (--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no-pdl": {"pdl": False},
+    "tile16k": {"tile_bytes": 16 * 1024},
+    "tile64k": {"tile_bytes": 64 * 1024},
+    "warps4": {"gemv_warps": 4},
+    "attn-n32": {"attn_block_n": 32},
+    "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
+    "chunk128": {"min_chunk": 128},
+    "chunk256": {"min_chunk": 256},
+    "attn-4sm": {"attn_programs_per_sm": 4},
+    "direct128": {"direct_max": 128},
+}
+STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
+
+
+def copy_gbps(nbytes: int = 2 << 30) -> float:
+    """Read + write bytes per second of a device-to-device copy (median of 10), GB/s."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(12):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(times[2:]) / 1e9
+
+
+def graph_us(
+    fn: Callable[[], object],
+    reps: int,
+    before: Callable[[], None] | None = None,
+    b2b: list[float] | None = None,
+) -> float:
+    """Median microseconds of one replay of a CUDA graph of `fn` (`before` runs, untimed,
+    ahead of every replay: it resets state the graph advances). With `b2b`, also appends the
+    mean microseconds per replay of 20 replays back to back."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            if before:
+                before()
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    if before:
+        before()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(reps + 3):
+        if before:
+            before()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    if b2b is not None:
+        if before:
+            before()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(20):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        b2b.append(a.elapsed_time(b) * 1e3 / 20)
+    return statistics.median(times[3:])
+
+
+class Bench:
+    def __init__(self, model_dir: str, positions: list[int], reps: int) -> None:
+        from evokernel import device as devices
+
+        devices.prepare("cuda")
+        from evokernel.engine.graph import context_buckets
+        from evokernel.engine.loading import load_engine
+
+        self.reps = reps
+        self.positions = positions
+        self.model = load_engine(model_dir, "cuda", torch.bfloat16, "torch")
+        cfg = self.model.cfg
+        self.cfg = cfg
+        self.cache = self.model.new_cache(1, max(positions) + 2 * reps + 64)
+        self.bounds = context_buckets(self.cache.max_seq_len)
+        for t in (*self.cache.k, *self.cache.v):
+            t.normal_()
+        self.copy_gbps = copy_gbps()
+        w = self.model.weights
+        self.layer_bytes = {
+            "qkv": sum(lw.qkv_proj.nbytes + lw.input_norm.nbytes for lw in w.layers),
+            "o_proj": sum(lw.o_proj.nbytes for lw in w.layers),
+            "gate_up": sum(lw.gate_up_proj.nbytes + lw.post_attn_norm.nbytes for lw in w.layers),
+            "down": sum(lw.down_proj.nbytes for lw in w.layers),
+            "head": w.lm_head.nbytes + w.final_norm.nbytes,
+        }
+        self.weight_bytes = sum(self.layer_bytes.values())
+        self.kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
+
+    def floor_us(self, nbytes: float) -> float:
+        return nbytes / (self.copy_gbps * 1e9) * 1e6
+
+    def variant(self, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+        from evokernel.ops.decode import DEFAULT
+        from evokernel.ops.registry import OpSet, pdl_supported
+
+        pdl = overrides.get("pdl", pdl_supported())
+        tuning = dataclasses.replace(DEFAULT, **{k: v for k, v in overrides.items() if k != "pdl"})
+        ops = OpSet.triton(pdl=pdl, tuning=tuning)
+        self.model.ops = ops
+        stages = self._stages(ops)
+        steps = {}
+        for p in self.positions:
+            b2b: list[float] = []
+            us = self._step_us(p, b2b)
+            floor = self.floor_us(self.weight_bytes + self.kv_per_token * p)
+            steps[str(p)] = {
+                "us": us,
+                "tok_s": 1e6 / us,
+                "floor_us": floor,
+                "pct": 100 * floor / us,
+                "b2b_us": b2b[0],
+                "attention_us": self._attention_us(ops, p),
+            }
+        return {
+            "name": name,
+            "pdl": pdl,
+            "tuning": dataclasses.asdict(tuning),
+            "stages": stages,
+            "steps": steps,
+        }
+
+    def _stages(self, ops: Any) -> dict[str, dict[str, float]]:
+        m, cfg, w = self.model, self.cfg, self.model.weights
+        L, eps = cfg.num_hidden_layers, cfg.rms_norm_eps
+        h = torch.randn(1, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+        qkv = torch.randn(
+            1,
+            (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
+            device="cuda",
+            dtype=torch.bfloat16,
+        )
+        attn = torch.randn(
+            1, cfg.num_attention_heads * cfg.head_dim, device="cuda", dtype=torch.bfloat16
+        )
+        act = torch.randn(1, cfg.intermediate_size, device="cuda", dtype=torch.bfloat16)
+        p = next((x for x in self.positions if x > 1), self.positions[0])
+        pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
+        lens = pos + 1
+        tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+        bound = self.cache.max_seq_len
+
+        def reset() -> None:
+            pos.fill_(p - 1)
+            lens.fill_(p)
+
+        fns: dict[str, Callable[[], object]] = {
+            "qkv": lambda: [ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps) for lw in w.layers],
+            "attention": lambda: [
+                ops.decode_attention_qkv(
+                    qkv,
+                    lw.q_norm,
+                    lw.k_norm,
+                    m.cos,
+                    m.sin,
+                    pos,
+                    self.cache.k[i],
+                    self.cache.v[i],
+                    lens,
+                    m.scale,
+                    eps,
+                    bound,
+                )
+                for i, lw in enumerate(w.layers)
+            ],
+            "o_proj": lambda: [ops.linear_residual(attn, lw.o_proj, h) for lw in w.layers],
+            "gate_up": lambda: [
+                ops.norm_gate_up_silu(h, lw.post_attn_norm, lw.gate_up_proj, eps) for lw in w.layers
+            ],
+            "down": lambda: [ops.linear_residual(act, lw.down_proj, h) for lw in w.layers],
+            "head": lambda: ops.greedy_head(h, w.final_norm, w.lm_head, eps, tokens, pos, lens),
+        }
+        out = {}
+        for stage in STAGES:
+            us = graph_us(fns[stage], self.reps, reset)
+            nbytes = self.layer_bytes.get(stage, self.kv_per_token * p)
+            per = 1 if stage == "head" else L
+            floor = self.floor_us(nbytes)
+            out[stage] = {"us": us / per, "floor_us": floor / per, "pct": 100 * floor / us}
+        out["attention"]["position"] = p
+        return out
+
+    def _attention_us(self, ops: Any, p: int) -> float:
+        """Per layer: the attention stage alone at position p."""
+        m, cfg, w = self.model, self.cfg, self.model.weights
+        qkv = torch.randn(
+            1,
+            (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
+            device="cuda",
+            dtype=torch.bfloat16,
+        )
+        pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
+        lens = pos + 1
+        bound = next(b for b in self.bounds if b >= p)
+
+        def fn() -> object:
+            return [
+                ops.decode_attention_qkv(
+                    qkv,
+                    lw.q_norm,
+                    lw.k_norm,
+                    m.cos,
+                    m.sin,
+                    pos,
+                    self.cache.k[i],
+                    self.cache.v[i],
+                    lens,
+                    m.scale,
+                    cfg.rms_norm_eps,
+                    bound,
+                )
+                for i, lw in enumerate(w.layers)
+            ]
+
+        return graph_us(fn, self.reps) / cfg.num_hidden_layers
+
+    def _step_us(self, position: int, b2b: list[float]) -> float:
+        m, cache = self.model, self.cache
+        tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+        pos = torch.zeros(1, dtype=torch.int32, device="cuda")
+        lens = torch.ones(1, dtype=torch.int32, device="cuda")
+        bound = next(b for b in self.bounds if b >= position + self.reps + 30)
+
+        def reset() -> None:
+            pos.fill_(position - 1)
+            lens.fill_(position)
+
+        return graph_us(
+            lambda: m.decode_greedy(tokens, pos, lens, cache, bound), self.reps, reset, b2b
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--positions", default="1,1024,4096,16384,32768")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: decode_stages needs a CUDA GPU", file=sys.stderr)
+        return 2
+    positions = [int(p) for p in args.positions.split(",")]
+    bench = Bench(args.model, positions, args.reps)
+    results = []
+    for name in args.variants.split(","):
+        results.append(bench.variant(name, VARIANTS[name]))
+        r = results[-1]
+        stages = " ".join(
+            f"{s} {r['stages'][s]['us']:.2f}us({r['stages'][s]['pct']:.0f}%)" for s in STAGES
+        )
+        steps = " ".join(
+            f"@{p}: {v['tok_s']:.0f} tok/s {v['pct']:.1f}% (b2b {v['b2b_us']:.0f}us, "
+            f"attn {v['attention_us']:.1f}us)"
+            for p, v in r["steps"].items()
+        )
+        print(f"{name:<10} {stages}\n{'':<10} {steps}", flush=True)
+    doc = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "copy_gbps": bench.copy_gbps,
+        "weight_bytes": bench.weight_bytes,
+        "kv_bytes_per_token": bench.kv_per_token,
+        "layers": bench.cfg.num_hidden_layers,
+        "variants": results,
+    }
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1))
+    print(json.dumps({"decode_stages": str(args.out), "copy_gbps": round(bench.copy_gbps, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

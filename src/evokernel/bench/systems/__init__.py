@@ -1,0 +1,67 @@
+"""The systems `evokernel bench decode` can run, by name, imported only when run.
+
+    evokernel   our engine (Triton ops + CUDA graph on CUDA)           systems/evokernel.py
+    gptfast     gpt-fast-style PyTorch model, torch.compile            systems/gptfast.py
+    hf_eager    transformers, SDPA, growing DynamicCache                systems/hf.py
+    hf_compile  transformers, StaticCache + its compiled call           systems/hf.py
+    vllm        vLLM's offline engine, only when importable             systems/vllm.py
+
+`skip_reason(name, device)` says why a system cannot run here (it then has no rows and is
+listed under `skipped` in the result file); `load_system` loads one (a `base.System`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from evokernel.bench.systems.base import System
+
+SYSTEM_NAMES = ("evokernel", "gptfast", "hf_eager", "hf_compile", "vllm")
+
+
+def skip_reason(name: str, device: str) -> str | None:
+    if name == "vllm":
+        from evokernel.bench.systems.vllm import unavailable
+
+        return unavailable() if device == "cuda" else "vllm needs a CUDA GPU"
+    if name.startswith("hf_"):
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            return "transformers is not installed"
+    return None
+
+
+def load_system(
+    name: str,
+    model_dir: str | Path,
+    device: str,
+    dtype: torch.dtype,
+    max_len: int,
+    engine_ops: str | None = None,
+) -> System:
+    """`max_len`: the most positions any session of this run will need; `engine_ops`: our
+    engine's op set (None: its device default)."""
+    if name == "evokernel":
+        from evokernel.bench.systems.evokernel import EvokernelSystem
+
+        return EvokernelSystem(model_dir, device, dtype, engine_ops)
+    if name == "gptfast":
+        from evokernel.bench.systems.gptfast import GptFastSystem
+
+        return GptFastSystem(model_dir, device, dtype)
+    if name == "hf_eager":
+        from evokernel.bench.systems.hf import HfEagerSystem
+
+        return HfEagerSystem(model_dir, device, dtype)
+    if name == "hf_compile":
+        from evokernel.bench.systems.hf import HfCompileSystem
+
+        return HfCompileSystem(model_dir, device, dtype)
+    if name == "vllm":
+        from evokernel.bench.systems.vllm import VllmSystem
+
+        return VllmSystem(model_dir, device, dtype, max_len)
+    raise ValueError(f"unknown system {name!r}")

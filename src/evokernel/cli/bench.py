@@ -1,0 +1,236 @@
+"""`evokernel bench decode`: decode throughput by context position, ours and the baselines.
+
+    evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
+        [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
+        [--ops torch|triton] [--power-window-ms MS] [--max-minutes M] [--out FILE.json] [--json]
+    evokernel bench decode --compare A.json B.json [--json]
+
+stdout: a table, then one JSON line (the summary: file paths, tok/s per system and position;
+with --json it also holds every result row). Progress goes to stderr, one line per system and
+position. Exit 0 when the result file is written, failed rows included (they carry `error`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from evokernel.cli.generate import add_engine_args
+from evokernel.errors import EvokernelError
+
+ORDER = 40
+DEFAULT_BASELINES = "evokernel,gptfast,hf_eager,hf_compile,vllm"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks: batch-1 decode by context position")
+    verbs = p.add_subparsers(dest="bench_verb", metavar="BENCH")
+    verbs.required = True
+    d = verbs.add_parser(
+        "decode",
+        help="decode tok/s, latency percentiles and %% of the bandwidth floor, ours and baselines",
+        description=(
+            "Batch-1 decode of one checkpoint by our engine and each baseline, in this one "
+            "process: per context position, prefill a prompt of that many tokens (TTFT), then "
+            "time each decode step (CUDA events) -> tok/s from the median step, ms/token "
+            "P50/P95/P99, % of the bandwidth floor (weights + KV bytes over the copy bandwidth "
+            "measured in this run) and tok/J (NVML). Writes JSON and CSV (docs/bench.md). "
+            "Suites: quick = positions 1,128,512,1024,4096; full = also 8192,16384,32768; both "
+            "64 timed steps after 8 warm-up steps. Without CUDA it runs a labelled smoke test "
+            "(positions 1,128,320, 8 steps, compile backend eager): no speed claim."
+        ),
+    )
+    d.add_argument("--model", metavar="DIR", help="checkpoint directory (HF layout)")
+    d.add_argument(
+        "--suite", choices=("quick", "full"), default=None, help="default quick (CPU: smoke)"
+    )
+    d.add_argument(
+        "--baselines",
+        default=DEFAULT_BASELINES,
+        metavar="LIST",
+        help=f"systems to run, in order (default {DEFAULT_BASELINES}; vllm only when importable)",
+    )
+    d.add_argument("--steps", type=int, metavar="N", help="timed decode steps per position")
+    d.add_argument("--warmup", type=int, metavar="N", help="untimed decode steps first")
+    d.add_argument("--positions", metavar="LIST", help="context positions, e.g. 1,128,4096")
+    add_engine_args(d)  # --device, --dtype, --ops (our engine's op implementations)
+    d.add_argument(
+        "--power-window-ms",
+        type=float,
+        metavar="MS",
+        help="how long the steps re-run under NVML power reading (default 500; 0: no power)",
+    )
+    d.add_argument(
+        "--max-minutes",
+        type=float,
+        metavar="M",
+        help="start no new measurement after M minutes (those rows get an error)",
+    )
+    d.add_argument(
+        "--out",
+        metavar="FILE.json",
+        help="result file; the CSV goes next to it (default out/bench-decode-SUITE-TIME.json)",
+    )
+    d.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.json", "B.json"),
+        help="print B/A tok/s per system and position (same GPU only) and exit",
+    )
+    d.add_argument(
+        "--json", action="store_true", help="the last JSON line also holds every result row"
+    )
+    d.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return _compare(args)
+    if not args.model:
+        raise EvokernelError("bench decode needs --model DIR (or --compare A.json B.json)")
+    from evokernel.bench.decode import run_decode_bench
+
+    opts = _options(args)
+    doc = run_decode_bench(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    _print_table(doc)
+    csv_path = opts.out.with_suffix(".csv")
+    print(f"wrote {opts.out} and {csv_path}")
+    summary: dict[str, Any] = {
+        "kind": "evokernel-bench-decode-summary",
+        "out": str(opts.out),
+        "csv": str(csv_path),
+        "suite": doc["suite"],
+        "label": doc["label"],
+        "device": doc["env"]["device"],
+        "gpu": doc["env"]["gpu"],
+        "copy_gbps": doc["env"]["copy_gbps"],
+        "systems": doc["systems"],
+        "skipped": doc["skipped"],
+        "rows": len(doc["results"]),
+        "errors": sum(1 for r in doc["results"] if r["error"]),
+        "tok_s": _by_system(doc, "tok_s"),
+        "pct_floor": _by_system(doc, "pct_floor"),
+    }
+    if args.json:
+        summary["results"] = doc["results"]
+    print(json.dumps(summary))
+    return 0
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from evokernel import device as devices
+    from evokernel.bench.decode import CPU_LABEL, SUITES, DecodeBenchOptions
+    from evokernel.bench.systems import SYSTEM_NAMES
+    from evokernel.cli.generate import parse_ids, resolve_ops
+    from evokernel.model.loader import resolve_dtype
+
+    device = devices.resolve(args.device)
+    suite_name = (args.suite or "quick") if device == "cuda" else "smoke"
+    if args.suite and device == "cpu":
+        print(
+            f"note: --suite {args.suite} needs CUDA; running the CPU smoke suite", file=sys.stderr
+        )
+    suite = SUITES[suite_name]
+    systems = tuple(s for s in args.baselines.replace(" ", "").split(",") if s)
+    unknown = [s for s in systems if s not in SYSTEM_NAMES]
+    if unknown or not systems:
+        raise EvokernelError(
+            f"--baselines: unknown system {unknown[0] if unknown else '(none)'!r} "
+            f"(known: {', '.join(SYSTEM_NAMES)})"
+        )
+    if len(set(systems)) != len(systems):
+        raise EvokernelError("--baselines: a system is named twice")
+    positions = (
+        tuple(parse_ids(args.positions, "--positions")) if args.positions else suite.positions
+    )
+    dtype = devices.default_dtype(device) if args.dtype is None else resolve_dtype(args.dtype)
+    steps = suite.steps if args.steps is None else args.steps
+    warmup = suite.warmup if args.warmup is None else args.warmup
+    window = suite.power_window_ms if args.power_window_ms is None else args.power_window_ms
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("out") / f"bench-decode-{suite_name}-{stamp}.json"
+    if out.suffix != ".json":
+        raise EvokernelError(f"--out must name a .json file, got {out}")
+    dtype_name = str(dtype).removeprefix("torch.")
+    ops = resolve_ops(args)
+    command = (
+        f"evokernel bench decode --model {args.model} --baselines {','.join(systems)} "
+        f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
+        f"--device {device} --dtype {dtype_name} --ops {ops} --power-window-ms {window:g}"
+        + (f" --suite {suite_name}" if device == "cuda" else "")
+        + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes is not None else "")
+    )
+    return DecodeBenchOptions(
+        model_dir=Path(args.model),
+        suite=suite_name,
+        systems=systems,
+        positions=positions,
+        steps=steps,
+        warmup=warmup,
+        device=device,
+        dtype=dtype,
+        power_window_ms=window,
+        out=out,
+        command=command,
+        max_minutes=args.max_minutes,
+        engine_ops=ops,
+        label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
+    )
+
+
+def _by_system(doc: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in doc["results"]:
+        out.setdefault(r["system"], {})[str(r["position"])] = r[key]
+    return out
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    env, model = doc["env"], doc["model"]
+    where = env["gpu"] or f"CPU ({env['cpu']})"
+    print(
+        f"bench decode: {model['name']} {model['dtype']} on {where}, copy bandwidth "
+        f"{env['copy_gbps']:,.0f} GB/s, suite {doc['suite']}, {doc['options']['steps']} timed "
+        f"steps per position" + (f"  [{doc['label']}]" if doc["label"] else "")
+    )
+    print(
+        f"{'system':<11}{'position':>9}{'tok/s':>10}{'ms p50':>9}{'ms p95':>9}{'ms p99':>9}"
+        f"{'% floor':>9}{'TTFT ms':>10}{'tok/J':>8}  error"
+    )
+    for r in doc["results"]:
+        print(
+            f"{r['system']:<11}{r['position']:>9}{_fmt(r['tok_s'], '.1f'):>10}"
+            f"{_fmt(r['ms_p50'], '.4f'):>9}{_fmt(r['ms_p95'], '.4f'):>9}"
+            f"{_fmt(r['ms_p99'], '.4f'):>9}{_fmt(r['pct_floor'], '.1f'):>9}"
+            f"{_fmt(r['ttft_ms'], '.2f'):>10}{_fmt(r['tok_per_j'], '.2f'):>8}"
+            f"  {r['error'] or ''}".rstrip()
+        )
+    for name, reason in doc.get("skipped", {}).items():
+        print(f"{name:<11} skipped: {reason}")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from evokernel.bench.compare import compare_files
+
+    c = compare_files(*args.compare)
+    print(f"B/A decode tok/s on {c.gpu or c.device}: A = {c.a}, B = {c.b}")
+    print(
+        f"{'system':<11}{'position':>9}{'tok/s A':>10}{'tok/s B':>10}{'B/A':>8}"
+        f"{'% floor A':>11}{'% floor B':>11}"
+    )
+    for r in c.ratios:
+        print(
+            f"{r.system:<11}{r.position:>9}{_fmt(r.tok_s_a, '.1f'):>10}"
+            f"{_fmt(r.tok_s_b, '.1f'):>10}{_fmt(r.ratio, '.3f'):>8}"
+            f"{_fmt(r.pct_floor_a, '.1f'):>11}{_fmt(r.pct_floor_b, '.1f'):>11}"
+        )
+    print(json.dumps(c.to_dict()))
+    return 0

@@ -1,0 +1,76 @@
+"""The `local` backend: evaluations on this machine, one worker per visible GPU (or CPU slot).
+
+Worker i (0 <= i < workers) takes one evaluation at a time and runs it on GPU i mod the number
+of visible GPUs (`problem.evaluate(code, gpu=...)`, which passes `evaluate(..., gpu=...)` on
+to the evaluator), in the evaluator's own killable, sandboxed process. A worker is a daemon
+thread of this process holding a worker index: the index, not the thread, names the GPU, so
+two evaluations never share an index at once.
+
+On `--device cpu` there is no GPU: workers are CPU slots (`evaluator.workers`, 1 by default).
+An exception from the evaluator's own code (never the candidate's: its failures are results)
+is an infrastructure fault, re-queued on the same worker at most `max_retries` times.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from evokernel.errors import EvokernelError
+from evokernel.evolve.backends.base import BackendError, Evaluation, fault_line, lost_result
+from evokernel.evolve.threads import DaemonThreads
+
+if TYPE_CHECKING:
+    from evokernel.evolve.problem import Problem
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, workers: int, gpus: int, max_retries: int = 2):
+        """`workers` evaluations at once over `gpus` visible GPUs (0: CPU slots)."""
+        self.workers = max(1, workers)
+        self.gpus = gpus
+        self.max_retries = max_retries
+        self._threads = DaemonThreads(self.workers, "evaluate")
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(self.workers):
+            self._free.put(i)
+
+    def describe(self) -> str:
+        where = f"{self.gpus} GPU(s)" if self.gpus else "CPU"
+        return f"local backend: {self.workers} worker(s) on {where}"
+
+    def gpu_of(self, worker: int) -> int | None:
+        return worker % self.gpus if self.gpus else None
+
+    def submit(
+        self, problem: Problem, code: str, promote_above: float | None = None
+    ) -> Future[Evaluation]:
+        return self._threads.submit(self._run, problem, code, promote_above)
+
+    def _run(self, problem: Problem, code: str, promote_above: float | None) -> Evaluation:
+        # One thread per worker index, so an index is always free when a thread starts.
+        worker = self._free.get()
+        try:
+            gpu = self.gpu_of(worker)
+            where = {"backend": self.name, "worker": worker, "gpu": gpu}
+            faults: list[str] = []
+            for attempt in range(1, self.max_retries + 2):
+                t0 = time.monotonic()
+                try:
+                    result = problem.evaluate(code, gpu=gpu or 0, promote_above=promote_above)
+                except EvokernelError as err:
+                    raise BackendError(str(err)) from None
+                except Exception as err:
+                    faults.append(fault_line(err))
+                    continue
+                return Evaluation(result, time.monotonic() - t0, where, attempt, faults)
+            return Evaluation(lost_result(problem.name, faults), 0.0, where, len(faults), faults)
+        finally:
+            self._free.put(worker)
+
+    def close(self) -> None:
+        """Nothing to release: the threads are daemons and idle ones cost nothing."""

@@ -1,0 +1,247 @@
+"""The `ray` backend: each evaluation a Ray task pinned to one GPU (or one CPU) of a cluster.
+
+    pip install 'evokernel[ray]'         # on the driver and on every node of the cluster
+    evokernel evolve ... --backend ray [--ray-address ray://HEAD:10001]
+
+Connecting (`backend.address`, or `--ray-address`): "HOST:PORT" joins a running cluster as a
+driver, "ray://HOST:PORT" through Ray Client, "auto" the cluster this machine is part of; none
+takes Ray's default: the cluster named by `RAY_ADDRESS`, else a new local one started on this
+machine (its GPUs and CPUs) and shut down when the run ends. Ray is imported only here, and
+only when this backend is chosen.
+
+One evaluation: the driver turns the program into an `EvalJob` (JSON: the source and the
+evaluator settings) and submits a task with `num_gpus=1` on cuda (`num_cpus=1` on cpu). Ray
+starts it on a node with a free GPU and makes that GPU the only one the task sees; the task
+calls `jobs.run_job`, which runs the candidate through `evokernel.evaluate` in its own killable,
+sandboxed process inside the Ray worker, and returns the `EvalResult` JSON. The run's
+database, the mutators and every random choice stay on the driver.
+
+Faults: Ray's own task retries are off (`max_retries=0`) so that this module counts them. A
+task whose worker process or node died (or that Ray's memory monitor killed) is submitted
+again, at most `max_retries` times, then given up as an `infrastructure` result. A task that
+failed because the worker cannot run jobs at all (evokernel missing or another version,
+the evaluator file missing, no GPU where one was asked for) raises `BackendError`; so does
+losing the connection to the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from evokernel.evolve.backends.base import BackendError, Evaluation, fault_line, lost_result
+
+if TYPE_CHECKING:
+    from evokernel.evolve.jobs import EvalJob
+    from evokernel.evolve.problem import Problem
+
+INSTALL = "pip install 'evokernel[ray]'"
+# Failures no re-queue can cure: the worker's set-up, not one evaluation.
+_FATAL = ("RuntimeEnvSetupError", "LocalRayletDiedError", "AuthenticationError")
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BackendError(f"the ray backend needs Ray on this machine: {INSTALL}") from None
+    return ray
+
+
+def probe(address: str | None, timeout_s: float = 10.0) -> None:
+    """Fail fast, in one line, when `address` ("HOST:PORT" or "ray://HOST:PORT") does not
+    answer: Ray itself keeps retrying an unreachable cluster for minutes."""
+    if not address or address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BackendError(f"Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise BackendError(
+            f"cannot reach the Ray cluster at {address}: {err.strerror or err}"
+        ) from None
+
+
+def _evaluate_remote(job_json: str) -> str:
+    """The Ray task: one job on this worker's (only) visible GPU; the result as JSON."""
+    import ray
+
+    from evokernel.evolve.jobs import EvalJob, run_job
+
+    t0 = time.monotonic()
+    result = run_job(EvalJob.from_json(job_json), gpu=0)
+    return json.dumps(
+        {
+            "result": result.to_json(),
+            "wall_s": time.monotonic() - t0,
+            "node": ray.util.get_node_ip_address(),
+            "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or None,
+        }
+    )
+
+
+@dataclass
+class _Task:
+    job: EvalJob
+    future: Future[Evaluation]
+    faults: list[str] = field(default_factory=list)
+
+
+class RayBackend:
+    name = "ray"
+
+    def __init__(self, device: str, address: str | None, workers: int = 0, max_retries: int = 2):
+        ray = import_ray()
+        self.ray = ray
+        self.device = device
+        self.max_retries = max_retries
+        self._owned = not ray.is_initialized()  # shut down at close only what we started
+        if self._owned:
+            probe(address)
+            try:
+                ray.init(
+                    address=address,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    include_dashboard=False,
+                )
+            except Exception as err:
+                where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
+                raise BackendError(f"cannot start Ray ({where}): {fault_line(err)}") from None
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        if device == "cuda" and gpus == 0:
+            self.close()
+            raise BackendError("the Ray cluster has no GPU; use --device cpu, or add GPU nodes")
+        self.address = address or os.environ.get("RAY_ADDRESS") or "local"
+        self.cluster = (gpus, cpus, len([n for n in ray.nodes() if n.get("Alive")]))
+        self.workers = workers or max(1, gpus if device == "cuda" else cpus)
+        per_task = {"num_gpus": 1, "num_cpus": 1} if device == "cuda" else {"num_cpus": 1}
+        self._remote = ray.remote(_evaluate_remote).options(max_retries=0, **per_task)
+        self._pending: dict[Any, _Task] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._monitor = threading.Thread(target=self._loop, name="ray-results", daemon=True)
+        self._monitor.start()
+
+    def describe(self) -> str:
+        gpus, cpus, nodes = self.cluster
+        return (
+            f"ray backend: {self.address}, {nodes} node(s), {gpus} GPU(s), {cpus} CPU(s); "
+            f"{self.workers} evaluation(s) at once"
+        )
+
+    def submit(
+        self, problem: Problem, code: str, promote_above: float | None = None
+    ) -> Future[Evaluation]:
+        future: Future[Evaluation] = Future()
+        future.set_running_or_notify_cancel()
+        self._send(_Task(problem.job(code, promote_above), future))
+        return future
+
+    def _send(self, task: _Task) -> None:
+        try:
+            ref = self._remote.remote(task.job.to_json())
+        except Exception as err:
+            task.future.set_exception(BackendError(f"Ray refused a task: {fault_line(err)}"))
+            return
+        with self._lock:
+            self._pending[ref] = task
+
+    # --- results, on the monitor thread --------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._closed:
+            with self._lock:
+                refs = list(self._pending)
+            if not refs:
+                time.sleep(0.05)
+                continue
+            try:
+                ready, _ = self.ray.wait(refs, num_returns=1, timeout=0.5)
+            except Exception as err:
+                if not self._closed:
+                    self._fail_all(BackendError(f"lost the Ray cluster: {fault_line(err)}"))
+                return
+            for ref in ready:
+                with self._lock:
+                    task = self._pending.pop(ref, None)
+                if task is not None:
+                    self._finish(ref, task)
+
+    def _finish(self, ref: Any, task: _Task) -> None:
+        try:
+            out = json.loads(self.ray.get(ref))
+        except Exception as err:
+            fatal = self._fatal(err)
+            if fatal:
+                task.future.set_exception(BackendError(f"a Ray worker cannot evaluate: {fatal}"))
+                return
+            task.faults.append(fault_line(err))
+            if len(task.faults) <= self.max_retries:
+                self._send(task)  # re-queued: the worker or node died, not the candidate
+            else:
+                result = lost_result(task.job.name, task.faults)
+                where = {"backend": self.name, "node": None, "gpu": None}
+                task.future.set_result(
+                    Evaluation(result, 0.0, where, len(task.faults), task.faults)
+                )
+            return
+        from evokernel.evaluate.result import EvalResult
+
+        where = {"backend": self.name, "node": out["node"], "gpu": out["gpu"]}
+        task.future.set_result(
+            Evaluation(
+                EvalResult.from_json(out["result"]),
+                float(out["wall_s"]),
+                where,
+                len(task.faults) + 1,
+                task.faults,
+            )
+        )
+
+    def _fatal(self, err: BaseException) -> str:
+        """A one-line reason when `err` says the worker cannot run jobs at all, else ""."""
+        from evokernel.errors import EvokernelError
+
+        name = type(err).__name__
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, (EvokernelError, ImportError)):
+            return fault_line(cause)
+        if "No module named 'evokernel" in str(err):
+            return f"evokernel is not installed on a worker node ({INSTALL} there)"
+        if any(n in name for n in _FATAL):
+            return fault_line(err)
+        return ""
+
+    def _fail_all(self, err: BackendError) -> None:
+        with self._lock:
+            tasks, self._pending = list(self._pending.values()), {}
+        for task in tasks:
+            task.future.set_exception(err)
+
+    def close(self) -> None:
+        """Stop watching; tasks still running are cancelled (their evaluations are lost and
+        redone on --resume); the connection this backend opened is closed, and with it a
+        local cluster it started."""
+        self._closed = True
+        monitor = getattr(self, "_monitor", None)
+        if monitor is not None and monitor is not threading.current_thread():
+            monitor.join(timeout=5)  # out of ray.wait before Ray is shut down under it
+        pending = getattr(self, "_pending", {})
+        for ref in list(pending):
+            # Already finished, or the cluster is gone: then there is nothing to stop.
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
+        if self._owned and self.ray.is_initialized():
+            self.ray.shutdown()

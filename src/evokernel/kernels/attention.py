@@ -1,0 +1,272 @@
+"""Split-KV GQA decode attention (flash-decoding), optionally fused with the q/k prep.
+
+Grid (B * Hkv, SPLIT). Program (b, j, s) serves kv head j of sequence b and *all* GROUP =
+Hq / Hkv query heads that share it, so each K/V row is read once per step, not once per query
+head. It walks the s-th chunk of the valid positions [0, seq_lens[b]) (chunks are equal, a
+multiple of BLOCK_N, trailing ones may be empty) in BLOCK_N-row tiles with an online softmax in
+float32 (base-2 exponentials), the GROUP query rows padded to BLOCK_G >= 16 so that the score
+and value products run as tensor-core dots. Positions at or past seq_lens[b] are never read.
+
+  * SPLIT == 1 (DIRECT): the program normalises and writes out[b, h, :] itself.
+  * SPLIT > 1: it writes its normalised partial [D] and log2-sum-exp per query head;
+    `attention_combine_kernel` (grid (B * Hq,)) merges the non-empty chunks.
+
+With FUSED the program also does what `qk_norm_rope_append` does for the decoded token: it
+reads q and k of its heads from the packed qkv projection [B, (Hq + 2 Hkv) * D], applies the
+per-head RMSNorm and RoPE at position positions[b], and the program whose chunk holds that
+position writes K and V to the cache. The new K/V row is substituted in registers wherever a
+tile covers that position, so no program reads what another program of this launch writes.
+Without FUSED, q [B, Hq, D] is already normalised and rotated, and the cache is only read.
+
+The first K/V tile is loaded before the PDL wait (the following ones at the top of the loop,
+where Triton pipelines them): cache rows below the
+current position were written by earlier steps (complete before this step's graph began), and
+the row at the current position is substituted.
+
+Bytes per call: K and V once, 2 * sum(seq_lens) * Hkv * D * e, plus q and out; SPLIT > 1 adds
+B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
+"""
+
+import triton
+import triton.language as tl
+
+from evokernel.kernels.overlap import pdl_enter
+
+
+@triton.jit
+def norm_rope(x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr):
+    """Per-row RMSNorm then RoPE, rounded as transformers rounds, on row halves.
+
+    x1, x2 [R, D/2] float32 (the two halves of R heads), w1, w2 [D/2] float32 (norm weight
+    halves), c, s [D/2] float32 (cos/sin already rounded to the dtype). Returns the rotated
+    halves (o1, o2) in `dtype`:  o1 = y1*c - y2*s,  o2 = y2*c + y1*s,  y = rms_norm(x) * w."""
+    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)
+    y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1[None, :]).to(dtype).to(tl.float32)
+    y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2[None, :]).to(dtype).to(tl.float32)
+    c2 = c[None, :]
+    s2 = s[None, :]
+    o1 = (y1 * c2).to(dtype).to(tl.float32) + (-y2 * s2).to(dtype).to(tl.float32)
+    o2 = (y2 * c2).to(dtype).to(tl.float32) + (y1 * s2).to(dtype).to(tl.float32)
+    return o1.to(dtype), o2.to(dtype)
+
+
+@triton.jit
+def _kv_tile(base, offs_n, offs_h, end, stride_s, HALF: tl.constexpr):
+    """Rows offs_n (< end) of one kv head as two [BLOCK_N, HALF] halves (0 where masked)."""
+    mask = (offs_n < end)[:, None]
+    ptrs = base + offs_n[:, None].to(tl.int64) * stride_s + offs_h[None, :]
+    lo = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    hi = tl.load(ptrs + HALF, mask=mask, other=0.0, eviction_policy="evict_first")
+    return lo, hi
+
+
+@triton.jit
+def _dot(a, b, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _tile(
+    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, kn_lo, kn_hi, vn_lo, vn_hi,
+    m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """One K/V tile of the online softmax: (m_i, l_i, acc_lo, acc_hi) updated. With FUSED the
+    row at `pos` is the new token's (kn_*, vn_*), whatever the cache held there."""
+    if FUSED:
+        new = (offs_n == pos)[:, None]
+        k_lo = tl.where(new, kn_lo, k_lo)
+        k_hi = tl.where(new, kn_hi, k_hi)
+        v_lo = tl.where(new, vn_lo, v_lo)
+        v_hi = tl.where(new, vn_hi, v_hi)
+    scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(scores - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    pv = p.to(v_lo.dtype)
+    acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
+    acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    return m_new, l_i, acc_lo, acc_hi
+
+
+@triton.jit
+def attention_kernel(
+    q_ptr,  # FUSED: packed qkv [B, (Hq + 2 Hkv) * D]; else q [B, Hq, D]
+    q_norm_ptr,  # [D] (FUSED)
+    k_norm_ptr,  # [D] (FUSED)
+    cos_ptr,  # [P, D/2] float32 (FUSED)
+    sin_ptr,  # [P, D/2] float32 (FUSED)
+    pos_ptr,  # [B] int32: the decoded token's position (FUSED)
+    seq_lens_ptr,  # [B] int32
+    k_ptr,  # [B, Hkv, S, D] (last dim contiguous)
+    v_ptr,  # [B, Hkv, S, D]
+    out_ptr,  # [B, Hq, D] (DIRECT)
+    part_ptr,  # [B * Hq, SPLIT, D] float32 (not DIRECT)
+    lse_ptr,  # [B * Hq, SPLIT] float32, log2 domain (not DIRECT)
+    scale,
+    eps,
+    SPLIT,
+    Hkv,
+    S,
+    P,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FUSED: tl.constexpr,
+    DIRECT: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    HALF: tl.constexpr = D // 2
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid // Hkv
+    j = pid % Hkv
+    dtype = k_ptr.dtype.element_ty
+
+    seq_len = tl.load(seq_lens_ptr + b)  # stable: set before this step's graph began
+    chunk = tl.cdiv(tl.cdiv(seq_len, SPLIT), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, seq_len)
+
+    offs_h = tl.arange(0, HALF)
+    offs_g = tl.arange(0, BLOCK_G)
+    heads = j * GROUP + offs_g  # query heads of this kv head
+    in_group = offs_g < GROUP
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + j * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + j * stride_vh
+    k_lo, k_hi = _kv_tile(k_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_ks, HALF)
+    v_lo, v_hi = _kv_tile(v_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_vs, HALF)
+
+    if FUSED:
+        pos = tl.load(pos_ptr + b)
+        in_table = (pos >= 0) & (pos < P)
+        c = tl.load(cos_ptr + pos * HALF + offs_h, mask=in_table, other=0.0)
+        s = tl.load(sin_ptr + pos * HALF + offs_h, mask=in_table, other=0.0)
+        c = c.to(dtype).to(tl.float32)
+        s = s.to(dtype).to(tl.float32)
+        qw1 = tl.load(q_norm_ptr + offs_h).to(tl.float32)
+        qw2 = tl.load(q_norm_ptr + HALF + offs_h).to(tl.float32)
+        kw1 = tl.load(k_norm_ptr + offs_h).to(tl.float32)
+        kw2 = tl.load(k_norm_ptr + HALF + offs_h).to(tl.float32)
+
+    pdl_enter(PDL)
+
+    q_rows = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_h[None, :]
+    q_lo = tl.load(q_rows, mask=in_group[:, None], other=0.0)
+    q_hi = tl.load(q_rows + HALF, mask=in_group[:, None], other=0.0)
+    if FUSED:
+        hq = Hkv * GROUP
+        q_lo, q_hi = norm_rope(q_lo.to(tl.float32), q_hi.to(tl.float32), qw1, qw2, c, s, eps, D,
+                               dtype)  # fmt: skip
+        q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
+        q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
+        k_row = q_ptr + b.to(tl.int64) * stride_qb + (hq + j) * stride_qh + offs_h
+        kn_lo, kn_hi = norm_rope(
+            tl.load(k_row).to(tl.float32)[None, :],
+            tl.load(k_row + HALF).to(tl.float32)[None, :],
+            kw1,
+            kw2,
+            c,
+            s,
+            eps,
+            D,
+            dtype,
+        )  # fmt: skip  [1, HALF] each
+        v_row = k_row + Hkv * stride_qh
+        vn_lo = tl.load(v_row).to(dtype)[None, :]
+        vn_hi = tl.load(v_row + HALF).to(dtype)[None, :]
+        owner = (start <= pos) & (pos < end) & (pos < S) & in_table
+        k_dst = k_base + pos.to(tl.int64) * stride_ks + offs_h[None, :]
+        v_dst = v_base + pos.to(tl.int64) * stride_vs + offs_h[None, :]
+        tl.store(k_dst, kn_lo, mask=owner)
+        tl.store(k_dst + HALF, kn_hi, mask=owner)
+        tl.store(v_dst, vn_lo, mask=owner)
+        tl.store(v_dst + HALF, vn_hi, mask=owner)
+
+    if not FUSED:  # no new row to substitute: placeholders the tile update ignores
+        pos = -1
+        kn_lo = k_lo
+        kn_hi = k_hi
+        vn_lo = v_lo
+        vn_hi = v_hi
+    qk_scale = scale * 1.4426950408889634  # scores in log2 units
+    m_i = tl.full([BLOCK_G], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
+    acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
+    if start < end:  # the first tile, loaded before the PDL wait
+        m_i, l_i, acc_lo, acc_hi = _tile(
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
+            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+        )  # fmt: skip
+    for n0 in range(start + BLOCK_N, end, BLOCK_N):
+        # Loads at the top of the loop: Triton pipelines them several tiles deep.
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        k_lo, k_hi = _kv_tile(k_base, offs_n, offs_h, end, stride_ks, HALF)
+        v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
+        m_i, l_i, acc_lo, acc_hi = _tile(
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos,
+            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+        )  # fmt: skip
+
+    if DIRECT:
+        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]
+        tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
+        tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
+    else:
+        row = (b * Hkv * GROUP + heads) * SPLIT + split  # [BLOCK_G] rows of [B*Hq*SPLIT]
+        empty = l_i == 0.0
+        safe_l = tl.where(empty, 1.0, l_i)
+        dst = part_ptr + row[:, None].to(tl.int64) * D + offs_h[None, :]
+        tl.store(dst, acc_lo / safe_l[:, None], mask=in_group[:, None])
+        tl.store(dst + HALF, acc_hi / safe_l[:, None], mask=in_group[:, None])
+        lse = tl.where(empty, -float("inf"), m_i + tl.log2(safe_l))
+        tl.store(lse_ptr + row, lse, mask=in_group)
+
+
+@triton.jit
+def attention_combine_kernel(
+    part_ptr,  # [B * Hq, SPLIT, D] float32
+    lse_ptr,  # [B * Hq, SPLIT] float32 (log2 domain; -inf for empty chunks)
+    out_ptr,  # [B, Hq, D]
+    Hq,
+    SPLIT,
+    stride_ob,
+    stride_oh,
+    D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s, w_s = 2^(lse_s - max lse)."""
+    row = tl.program_id(0)
+    b = row // Hq
+    h = row % Hq
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, D)
+    pdl_enter(PDL)
+    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=offs_s < SPLIT, other=-float("inf"))
+    top = tl.max(lse, axis=0)
+    w = tl.exp2(lse - top)  # 0 for empty chunks; the chunk holding position 0 is never empty
+    parts = tl.load(
+        part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
+        mask=(offs_s < SPLIT)[:, None] & (w > 0)[:, None],
+        other=0.0,
+    )
+    out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
+    o_ptrs = out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))

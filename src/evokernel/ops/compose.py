@@ -1,0 +1,106 @@
+"""The decode step's fused ops, defined as compositions of an OpSet's plain ops.
+
+Batch-1 decode carries the residual stream `h [B, H]` un-normalised; each consumer normalises
+it itself. Shapes as in ops/reference.py (M = B rows):
+
+  norm_linear(x [M, K], norm_weight [K], weight [N, K], eps)   = linear(rms_norm(x), weight)
+  linear_residual(x [M, K], weight [N, K], residual [M, N])    residual += linear(x, weight),
+                                                                in place; returns residual
+  norm_gate_up_silu(x [M, H], norm_weight [H], gate_up [2I, H], eps)
+                                                    = silu_mul(linear(rms_norm(x), gate_up))
+  decode_attention_qkv(qkv [B, (Hq+2Hkv)*D], q_norm, k_norm, cos, sin, positions [B] int32,
+                       k_cache, v_cache, seq_lens [B] int32, scale, eps, max_len)
+      = decode_attention(qk_norm_rope_append(qkv, ...), ...) -> [B, Hq*D]; max_len >= every
+        seq_lens[b] is a host-side bound (the cache past it is not passed on; kernels size
+        their work by it): it changes no result
+  norm_logits(x [M, H], norm_weight [H], lm_head [V, H], eps)  = logits(rms_norm(x), lm_head)
+  greedy_head(x, norm_weight, lm_head, eps, tokens [B] int64, positions, seq_lens)
+      tokens <- argmax(norm_logits(x, ...)) (lowest id among equals); positions += 1 and
+      seq_lens += 1: the end of a greedy decode step, in place
+
+`composed(ops, name)` is that composition over `ops`' plain ops: the torch OpSet's fused ops
+(the references the fused kernels are tested against), and what a fused op becomes when one
+of its plain parts is replaced by a candidate file, so the candidate runs in decode too.
+`PARTS` says which plain ops each fused op contains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from evokernel.ops.sampling import GREEDY
+
+if TYPE_CHECKING:
+    from evokernel.ops.registry import OpSet
+
+PARTS: dict[str, tuple[str, ...]] = {
+    "norm_linear": ("rms_norm", "linear"),
+    "linear_residual": ("linear",),
+    "norm_gate_up_silu": ("rms_norm", "linear", "silu_mul"),
+    "decode_attention_qkv": ("qk_norm_rope_append", "decode_attention"),
+    "norm_logits": ("rms_norm", "logits"),
+    "greedy_head": ("rms_norm", "logits", "sample"),
+}
+
+
+def composed(ops: OpSet, name: str) -> Callable[..., Any]:
+    """Fused op `name` made of `ops`' plain ops (looked up when called, by attribute)."""
+    if name == "norm_linear":
+        return lambda x, norm_w, weight, eps: ops.linear(ops.rms_norm(x, norm_w, eps), weight)
+    if name == "linear_residual":
+        return lambda x, weight, residual: residual.add_(ops.linear(x, weight))
+    if name == "norm_gate_up_silu":
+        return lambda x, norm_w, gate_up, eps: ops.silu_mul(
+            ops.linear(ops.rms_norm(x, norm_w, eps), gate_up)
+        )
+    if name == "norm_logits":
+        return lambda x, norm_w, lm_head, eps: ops.logits(ops.rms_norm(x, norm_w, eps), lm_head)
+    if name == "decode_attention_qkv":
+        return lambda *args: _attention(ops, *args)
+    if name == "greedy_head":
+        return lambda *args: _greedy_head(ops, *args)
+    raise KeyError(name)
+
+
+def _attention(
+    ops: OpSet,
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    eps: float,
+    max_len: int,
+) -> torch.Tensor:
+    B = qkv.shape[0]
+    q = ops.qk_norm_rope_append(
+        qkv.view(B, 1, -1), q_norm, k_norm, cos, sin, positions.view(B, 1), k_cache, v_cache, eps
+    )  # [B, 1, Hq, D]
+    n = min(max_len, k_cache.shape[2])  # only positions < max_len can be valid
+    q3 = q.view(B, -1, q.shape[-1])  # [B, Hq, D]
+    out = ops.decode_attention(q3, k_cache[:, :, :n], v_cache[:, :, :n], seq_lens, scale)
+    return out.reshape(B, -1)
+
+
+def _greedy_head(
+    ops: OpSet,
+    x: torch.Tensor,
+    norm_w: torch.Tensor,
+    lm_head: torch.Tensor,
+    eps: float,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+) -> None:
+    logits = ops.logits(ops.rms_norm(x, norm_w, eps), lm_head)
+    tokens.copy_(ops.sample(logits, GREEDY, None))
+    positions.add_(1)
+    seq_lens.add_(1)

@@ -1,0 +1,326 @@
+"""Launchers of the fused decode-step kernels (kernels/gemv.py, kernels/attention.py).
+
+Same signatures and results as the fused ops of ops/compose.py (`norm_linear`,
+`linear_residual`, `norm_gate_up_silu`, `decode_attention_qkv`, `norm_logits`, `greedy_head`),
+plus a keyword `tuning` (a `DecodeTuning`; the OpSet binds it): launch sizes and whether to use
+programmatic dependent launch (CUDA sm_90+ only). Rows per call: up to `MAX_ROWS` (decode
+batch); the engine's prefill keeps the unfused ops.
+
+Launch sizes: a GEMV program owns BLOCK_N weight rows and the whole K, about
+`tuning.tile_bytes` of weights (in registers, loaded before the PDL wait), with BLOCK_N lowered
+until there are at least as many programs as SMs. Attention splits the context so that
+B * Hkv * SPLIT fills the GPU at long contexts, in chunks of at least `tuning.min_chunk`
+positions beyond a first bucket served in one pass (`attention_split`). All of it depends
+on shapes and host-side bounds only: no host sync, graph-capturable.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from evokernel.ops.grid import cdiv, next_pow2
+
+MAX_ROWS = 8
+HEAD_BLOCK_P = 1024
+
+
+@dataclass(frozen=True)
+class DecodeTuning:
+    """Launch choices of the fused decode kernels (none changes a result)."""
+
+    pdl: bool = False  # programmatic dependent launch (sm_90+)
+    tile_bytes: int = 32 * 1024  # weight bytes per GEMV program (a power of two)
+    gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
+    attn_block_n: int = 64  # positions per attention tile
+    attn_warps: int = 4
+    direct_max: int = 256  # up to this bound one program per kv head (no combine kernel)
+    min_chunk: int = 64  # beyond it, positions per attention program at the least
+    attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
+    max_split: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split"):
+            value = getattr(self, name)
+            assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
+        assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
+
+
+DEFAULT = DecodeTuning()
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: few programs keep CPU tests fast
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def gemv_block_n(
+    N: int, K: int, itemsize: int, device: torch.device, tuning: DecodeTuning, tiles: int = 1
+) -> int:
+    """Rows per program: ~tile_bytes of weights (`tiles` weight tiles per row), >= 1 wave."""
+    per_row = next_pow2(K) * itemsize * tiles
+    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
+    block = 1 << (block.bit_length() - 1)  # a power of two
+    while block > 1 and cdiv(N, block) < sm_count(device):
+        block //= 2
+    return block
+
+
+def _warps(block_n: int, block_k: int, tuning: DecodeTuning) -> int:
+    if tuning.gemv_warps:
+        return tuning.gemv_warps
+    return 8 if block_n * block_k >= 16384 else 4
+
+
+def _check_rows(x: torch.Tensor, K: int) -> int:
+    M = x.shape[0]
+    assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
+    assert 1 <= M <= MAX_ROWS, f"fused decode ops take 1..{MAX_ROWS} rows, got {M}"
+    assert x.stride(1) == 1, "rows must be contiguous"
+    return M
+
+
+def norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    from evokernel.kernels.gemv import norm_gemv_kernel
+
+    N, K = weight.shape
+    M = _check_rows(x, K)
+    assert norm_weight.shape == (K,) and weight.stride(1) == 1
+    assert x.dtype == weight.dtype == norm_weight.dtype, (x.dtype, weight.dtype)
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
+    norm_gemv_kernel[(cdiv(N, block_n),)](
+        x, norm_weight, weight, y, M, N, x.stride(0), weight.stride(0), y.stride(0),
+        eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, NORM=True,
+        PDL=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return y
+
+
+def linear_residual(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    residual: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    from evokernel.kernels.gemv import gemv_add_kernel
+
+    N, K = weight.shape
+    M = _check_rows(x, K)
+    assert residual.shape == (M, N) and residual.stride(1) == 1 and weight.stride(1) == 1
+    assert x.dtype == weight.dtype == residual.dtype, (x.dtype, weight.dtype, residual.dtype)
+    block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
+    gemv_add_kernel[(cdiv(N, block_n),)](
+        x, weight, residual, M, N, x.stride(0), weight.stride(0), residual.stride(0),
+        K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return residual
+
+
+def norm_gate_up_silu(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    gate_up: torch.Tensor,
+    eps: float,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    from evokernel.kernels.gemv import norm_gate_up_kernel
+
+    two_i, K = gate_up.shape
+    M = _check_rows(x, K)
+    assert two_i % 2 == 0 and norm_weight.shape == (K,) and gate_up.stride(1) == 1
+    assert x.dtype == gate_up.dtype == norm_weight.dtype, (x.dtype, gate_up.dtype)
+    inter = two_i // 2
+    act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
+    block_n = gemv_block_n(inter, K, gate_up.element_size(), x.device, tuning, tiles=2)
+    block_k = next_pow2(K)
+    norm_gate_up_kernel[(cdiv(inter, block_n),)](
+        x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0),
+        act.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
+        PDL=tuning.pdl,
+        num_warps=_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return act
+
+
+def attention_split(
+    max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
+) -> int:
+    """Chunks per sequence for a bound `max_len` on seq_lens: 1 up to `tuning.direct_max` (one
+    pass, no combine kernel); beyond, chunks of at least `min_chunk` positions and at most
+    `attn_programs_per_sm` programs per SM in all (programs_per_split = B * Hkv); a power of
+    two."""
+    if max_len <= tuning.direct_max:
+        return 1
+    want = cdiv(max_len, tuning.min_chunk)
+    cap = max(1, tuning.attn_programs_per_sm * sm_count(device) // max(1, programs_per_split))
+    split = min(want, cap, tuning.max_split)
+    return 1 << (split.bit_length() - 1)
+
+
+def decode_attention_qkv(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    eps: float,
+    max_len: int,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+    split: int | None = None,
+) -> torch.Tensor:
+    B = qkv.shape[0]
+    hkv, D = k_cache.shape[1], k_cache.shape[3]
+    hq = qkv.shape[1] // D - 2 * hkv
+    assert qkv.dim() == 2 and qkv.shape[1] == (hq + 2 * hkv) * D and hq % hkv == 0, qkv.shape
+    assert qkv.is_contiguous() and q_norm.shape == (D,) and k_norm.shape == (D,)
+    assert cos.shape == sin.shape and cos.shape[1] == D // 2 and cos.dtype == torch.float32
+    assert positions.shape == (B,) and positions.dtype == torch.int32
+    return _attention(
+        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
+        max_len, hq, qkv.stride(0), D, fused=True, tuning=tuning, split=split,
+    )  # fmt: skip
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    max_len: int | None = None,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+    split: int | None = None,
+) -> torch.Tensor:
+    """The `gqa_decode_attention` interface on the same kernel (q already normed and rotated);
+    `max_len` defaults to the cache length."""
+    B, hq, D = q.shape
+    assert q.stride(2) == 1, "q's last dim must be contiguous"
+    out = _attention(
+        q, q, q, q, q, seq_lens, k_cache, v_cache, seq_lens, scale, 0.0,
+        k_cache.shape[2] if max_len is None else max_len, hq, q.stride(0), q.stride(1),
+        fused=False, tuning=tuning, split=split,
+    )  # fmt: skip
+    return out.view(B, hq, D)
+
+
+def _attention(
+    q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
+    hq, stride_qb, stride_qh, *, fused: bool, tuning: DecodeTuning, split: int | None,
+) -> torch.Tensor:  # fmt: skip
+    """`split` None: `attention_split` of the bound; a number forces the chunk count."""
+    from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
+
+    B = seq_lens.shape[0]
+    cache_b, hkv, S, D = k_cache.shape
+    assert cache_b == B and v_cache.shape == k_cache.shape, (tuple(k_cache.shape), B)
+    assert D >= 32 and next_pow2(D) == D, f"head_dim {D} must be a power of two >= 32"
+    assert k_cache.stride(3) == 1 and v_cache.stride(3) == 1, "cache rows must be contiguous"
+    assert k_cache.dtype == v_cache.dtype == q.dtype, (k_cache.dtype, q.dtype)
+    assert seq_lens.shape == (B,) and seq_lens.dtype == torch.int32
+    group = hq // hkv
+    if split is None:
+        split = attention_split(min(max_len, S), B * hkv, q.device, tuning)
+    out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
+    if split == 1:
+        part = lse = out
+    else:
+        part = torch.empty((B * hq, split, D), device=q.device, dtype=torch.float32)
+        lse = torch.empty((B * hq, split), device=q.device, dtype=torch.float32)
+    attention_kernel[(B * hkv, split)](
+        q, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out, part, lse,
+        scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_N=tuning.attn_block_n,
+        FUSED=fused, DIRECT=split == 1, IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
+        num_warps=tuning.attn_warps, launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    if split > 1:
+        attention_combine_kernel[(B * hq,)](
+            part, lse, out, hq, split, out.stride(0), out.stride(1),
+            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=4, launch_pdl=tuning.pdl,
+        )  # fmt: skip
+    return out.view(B, hq * D)
+
+
+def _head(
+    x: torch.Tensor, norm_weight: torch.Tensor, lm_head: torch.Tensor, eps: float,
+    logits: torch.Tensor | None, tuning: DecodeTuning,
+) -> tuple[torch.Tensor, torch.Tensor, int]:  # fmt: skip
+    """Partial (best, arg) per program [M, P] of the normed lm_head GEMV; logits if given."""
+    from evokernel.kernels.gemv import norm_head_kernel
+
+    V, K = lm_head.shape
+    M = _check_rows(x, K)
+    assert norm_weight.shape == (K,) and lm_head.stride(1) == 1 and x.dtype == lm_head.dtype
+    block_n, block_k = gemv_block_n(V, K, lm_head.element_size(), x.device, tuning), next_pow2(K)
+    P = cdiv(V, block_n)
+    best = torch.empty((M, P), device=x.device, dtype=torch.float32)
+    arg = torch.empty((M, P), device=x.device, dtype=torch.int32)
+    norm_head_kernel[(P,)](
+        x, norm_weight, lm_head, best, arg, best if logits is None else logits, M, V, P,
+        x.stride(0), lm_head.stride(0), 0 if logits is None else logits.stride(0), eps,
+        K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, WRITE_LOGITS=logits is not None,
+        PDL=tuning.pdl, num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return best, arg, P
+
+
+def norm_logits(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: torch.Tensor,
+    eps: float,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    logits = torch.empty((x.shape[0], lm_head.shape[0]), device=x.device, dtype=torch.float32)
+    _head(x, norm_weight, lm_head, eps, logits, tuning)
+    return logits
+
+
+def greedy_head(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: torch.Tensor,
+    eps: float,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> None:
+    from evokernel.kernels.gemv import argmax_finish_kernel
+
+    M = x.shape[0]
+    assert tokens.shape == (M,) and tokens.dtype == torch.int64
+    assert positions.shape == (M,) and seq_lens.shape == (M,)
+    best, arg, P = _head(x, norm_weight, lm_head, eps, None, tuning)
+    argmax_finish_kernel[(M,)](
+        best, arg, tokens, positions, seq_lens, P,
+        BLOCK_P=min(HEAD_BLOCK_P, next_pow2(P)), ADVANCE=True, PDL=tuning.pdl,
+        num_warps=4, launch_pdl=tuning.pdl,
+    )  # fmt: skip

@@ -1,0 +1,144 @@
+"""The fused decode-step kernels (ops/decode.py) vs their torch compositions (ops/compose.py).
+
+Odd sizes everywhere (rows, columns and K that are not multiples of any block), 1..8 rows, NaN
+junk in the cache past seq_lens, forced attention splits including ones with empty chunks,
+and GQA ratios from 1:1 to 5:1.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_checks import DTYPES, assert_close
+
+from evokernel.ops import decode, rope
+from evokernel.ops.registry import OpSet
+
+REF = OpSet.torch()
+EPS = 1e-6
+GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48)]  # M, N, K
+
+
+def _randn(*shape, g, dtype, device, scale=1.0):
+    return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", GEMV_CASES)
+def test_gemv_ops_match_their_compositions(M, N, K, dtype, device) -> None:
+    g = torch.Generator().manual_seed(M * 1000 + N + K)
+    x = _randn(M, K, g=g, dtype=dtype, device=device, scale=3.0)
+    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device, dtype)
+    w = _randn(N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
+    gate_up = _randn(2 * N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
+    assert_close(decode.norm_linear(x, norm_w, w, EPS), REF.norm_linear(x, norm_w, w, EPS), "y")
+    assert_close(
+        decode.norm_gate_up_silu(x, norm_w, gate_up, EPS),
+        REF.norm_gate_up_silu(x, norm_w, gate_up, EPS),
+        "act",
+    )
+    assert_close(
+        decode.norm_logits(x, norm_w, w, EPS), REF.norm_logits(x, norm_w, w, EPS), "logits"
+    )
+    x_n = _randn(M, K, g=g, dtype=dtype, device=device)
+    res = _randn(M, N, g=g, dtype=dtype, device=device, scale=4.0)
+    want = REF.linear_residual(x_n, w, res.clone())
+    got = res.clone()
+    assert decode.linear_residual(x_n, w, got) is got  # in place
+    assert_close(got, want, "residual")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", GEMV_CASES)
+def test_greedy_head_writes_argmax_and_advances(M, N, K, dtype, device) -> None:
+    g = torch.Generator().manual_seed(7 + M + N)
+    x = _randn(M, K, g=g, dtype=dtype, device=device, scale=2.0)
+    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device, dtype)
+    lm_head = _randn(N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
+    pos = torch.arange(3, 3 + M, dtype=torch.int32, device=device)
+    tokens, lens = torch.full((M,), -1, dtype=torch.int64, device=device), pos + 1
+    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, lens)
+    want = REF.norm_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)
+    assert tokens.tolist() == want.tolist()
+    assert pos.tolist() == list(range(4, 4 + M)) and lens.tolist() == list(range(5, 5 + M))
+
+
+def test_greedy_head_ties_go_to_the_lowest_id(device: str) -> None:
+    # Rows 70 and 900 of lm_head are equal and give the largest logit: 70 must win, across
+    # programs and across blocks of partials.
+    g = torch.Generator().manual_seed(1)
+    V, K = 1000, 64
+    x = torch.randn(2, K, generator=g).to(device)
+    lm_head = (torch.randn(V, K, generator=g) * 0.01).to(device)
+    lm_head[900] = lm_head[70] = x[0] / x[0].norm() * 3
+    norm_w = torch.ones(K, device=device)
+    tokens = torch.zeros(2, dtype=torch.int64, device=device)
+    pos = torch.zeros(2, dtype=torch.int32, device=device)
+    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1)
+    assert int(tokens[0]) == 70
+
+
+ATTN_CASES = [
+    # B, Hq, Hkv, D, S, seq_lens, split (None: automatic)
+    (1, 16, 8, 128, 40, [17], None),
+    (1, 16, 8, 128, 300, [300], 4),
+    (2, 6, 2, 64, 700, [600, 3], None),
+    (3, 8, 8, 64, 300, [1, 299, 150], 3),
+    (2, 5, 1, 128, 90, [90, 64], 8),  # splits past the shorter sequence are empty
+]
+
+
+def _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    qkv = _randn(B, (hq + 2 * hkv) * D, g=g, dtype=dtype, device=device, scale=2.0)
+    q_norm = (1 + 0.2 * torch.randn(D, generator=g)).to(device, dtype)
+    k_norm = (1 + 0.2 * torch.randn(D, generator=g)).to(device, dtype)
+    cos, sin = rope.rope_table(D, 1_000_000.0, S, device)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+    k_cache = _randn(B, hkv, S, D, g=g, dtype=dtype, device=device)
+    v_cache = _randn(B, hkv, S, D, g=g, dtype=dtype, device=device)
+    for b, n in enumerate(lens):  # junk past seq_lens (the new token goes to n - 1)
+        k_cache[b, :, n:] = float("nan")
+        v_cache[b, :, n:] = float("nan")
+        k_cache[b, :, n - 1] = 1000.0
+        v_cache[b, :, n - 1] = -1000.0
+    return qkv, q_norm, k_norm, cos, sin, seq_lens - 1, k_cache, v_cache, seq_lens
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
+def test_fused_attention_matches_its_composition(B, hq, hkv, D, S, lens, split, dtype, device):
+    qkv, qn, kn, cos, sin, pos, kc, vc, seq = _attention_inputs(
+        B, hq, hkv, D, S, lens, dtype, device, seed=B * 7 + S
+    )
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    scale = D**-0.5
+    got = decode.decode_attention_qkv(
+        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, split=split
+    )
+    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
+    assert_close(got, want, f"attention (split {split})")
+    # The cache: the new token's K/V written at its position, everything else untouched.
+    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
+    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
+def test_plain_attention_matches_reference(B, hq, hkv, D, S, lens, split, dtype, device):
+    g = torch.Generator().manual_seed(S)
+    *_, kc, vc, seq = _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed=S)
+    q = _randn(B, hq, D, g=g, dtype=dtype, device=device)
+    got = decode.decode_attention(q, kc, vc, seq, D**-0.5, split=split)
+    assert_close(got, REF.decode_attention(q, kc, vc, seq, D**-0.5), "attention")
+
+
+def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> None:
+    monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
+    cuda = torch.device("cuda")
+    splits = {n: decode.attention_split(n, 8, cuda) for n in (1, 256, 257, 1024, 4096, 32768)}
+    assert splits[1] == splits[256] == 1  # one pass, no combine kernel
+    assert splits[257] == 4 and splits[1024] == 16  # chunks of 64 positions
+    assert splits[4096] == splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
+    assert all(s & (s - 1) == 0 for s in splits.values())
+    assert decode.attention_split(32768, 64, cuda) == 4  # batch 8: the batch fills the GPU
