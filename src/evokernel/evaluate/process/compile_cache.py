@@ -168,9 +168,19 @@ def _regroup(data: bytes, target: Path, names: set[str]) -> bytes | None:
 
 
 def _copy_entries(source: Path, dest: Path, skip: set[str] | tuple[()]) -> int:
-    """Copy well-formed entries of `source` missing from `dest`; each appears atomically."""
+    """Copy well-formed entries of `source` missing from `dest` (created if need be); each
+    appears atomically. A `source` that is a link is not followed (candidate code may have
+    replaced its own cache directory with one)."""
     try:
+        if source.is_symlink():
+            return 0
         entries = [e for e in source.iterdir() if _KEY.match(e.name)]
+    except OSError:
+        return 0
+    if not entries:
+        return 0
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
     except OSError:
         return 0
     have = _names(dest)
