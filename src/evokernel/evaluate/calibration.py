@@ -88,27 +88,28 @@ def calibrate(task: Task, options: EvalOptions, slot: DeviceSlot) -> Calibration
         cal.wall_s = time.monotonic() - began
         return cal
     try:
-        _run(warm.process, warm.ready, task, options, slot, cal)
+        _run(warm.process, warm.facts, task, options, slot, cal)
     except WorkerGone as gone:
         cal.error = gone.line
     except Exception as err:  # a calibration failure must not fail a candidate
         cal.error = f"{type(err).__name__}: {err}"
     finally:
-        warm.process.close()
+        with slot.shared():  # its CUDA context's teardown: not during a timed phase
+            warm.process.close()
         cal.wall_s = time.monotonic() - began
     return cal
 
 
 def _run(
     worker: WorkerProcess,
-    ready: p.Ready,
+    facts: p.DeviceFacts | None,
     task: Task,
     options: EvalOptions,
     slot: DeviceSlot,
     cal: Calibration,
 ) -> None:
     worker.set_deadline(300.0, reason("infrastructure", "calibration timed out"))
-    l2 = ready.device.l2_bytes if ready.device is not None else 0
+    l2 = facts.l2_bytes if facts is not None else 0
     with slot.exclusive():
         measured = worker.request(p.Calibrate(), (p.Calibrated, p.Error))
     if isinstance(measured, p.Error):

@@ -10,7 +10,9 @@ refusing with a `ProtocolError` that says what is wrong and where (an unknown or
 checked against the shape).
 
   parent -> worker                      worker -> parent
-  Init (trusted set-up)                 Ready | Error
+  Init (trusted set-up, device untouched) Ready | Error
+  Warm (device set-up, warm-up kernels,   Warmed | Error
+        the guards' snapshot)
   Load (import the candidate)           Loading (acknowledged: candidate code runs from now
                                         on), then Loaded | Fatal | Error
   Check (one correctness job)           Checked | Fatal | Error
@@ -57,8 +59,9 @@ class Message:
 
 @dataclass(frozen=True)
 class Init(Message):
-    """Trusted set-up. mode "eval" (a candidate follows), "calibrate" (never a candidate) or
-    "call" (run_isolated: nothing to set up)."""
+    """Trusted set-up that does not touch the device (imports, the task, thread counts). mode
+    "eval" (a candidate follows), "calibrate" (never a candidate) or "call" (run_isolated:
+    nothing to set up, no `Warm`)."""
 
     op: ClassVar[str] = "init"
     mode: str
@@ -67,6 +70,16 @@ class Init(Message):
     dtype: str = ""
     device_memory_mb: int = 0
     threads: int = 1
+
+
+@dataclass(frozen=True)
+class Warm(Message):
+    """The device part of the trusted set-up: CUDA context, warm-up kernels, the GPU spin rate,
+    the guards' install and snapshot. Its own request so that the parent can hold the device's
+    shared lock for it (locks.py): no worker's start-up runs GPU work while a candidate is
+    timed."""
+
+    op: ClassVar[str] = "warm"
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,11 @@ class Ready(Message):
     op: ClassVar[str] = "ready"
     pid: int
     sandbox: list[str]
+
+
+@dataclass(frozen=True)
+class Warmed(Message):
+    op: ClassVar[str] = "warmed"
     device: DeviceFacts | None = None
 
 
@@ -209,6 +227,7 @@ class Series:
     enqueue_us: list[float] = field(default_factory=list)
     xhost_us: list[float] = field(default_factory=list)
     xevent_us: list[float] = field(default_factory=list)
+    xbatch: list[int] = field(default_factory=list)  # cross-check batch of each x* call
 
 
 @dataclass(frozen=True)
@@ -281,10 +300,11 @@ class Error(Message):
 
 
 REQUESTS: tuple[type[Message], ...] = (
-    Init, Load, Check, Prepare, Time, Profile, Calibrate, Call, Exit,
+    Init, Warm, Load, Check, Prepare, Time, Profile, Calibrate, Call, Exit,
 )  # fmt: skip
 REPLIES: tuple[type[Message], ...] = (
-    Ready, Loading, Loaded, Checked, Prepared, Timed, Profiled, Calibrated, Called, Fatal, Error,
+    Ready, Warmed, Loading, Loaded, Checked, Prepared, Timed, Profiled, Calibrated, Called, Fatal,
+    Error,
 )  # fmt: skip
 M = TypeVar("M", bound=Message)
 

@@ -184,11 +184,13 @@ class CandidateRun:
     def _attempt(self) -> None:
         try:
             with POOL.lease(self.spec()) as warm:
-                self._evaluate_in(warm.process, warm.ready)
+                self._evaluate_in(warm.process, warm.ready, warm.facts)
         except StartFailed as err:
             raise _Infrastructure(err.line) from None
 
-    def _evaluate_in(self, worker: WorkerProcess, ready: p.Ready) -> None:
+    def _evaluate_in(
+        self, worker: WorkerProcess, ready: p.Ready, facts: p.DeviceFacts | None
+    ) -> None:
         harvest: Callable[[Path], object] | None = None
         try:
             self.given_env = worker.env
@@ -196,8 +198,8 @@ class CandidateRun:
             isolation = policy.Isolation(tuple(ready.sandbox))
             if not isolation.isolated and not self.options.allow_unsandboxed:
                 raise _Infrastructure(f"the worker's {isolation.line}")
-            self.facts = ready.device
-            self.result.device = self._device_info(ready.device)
+            self.facts = facts
+            self.result.device = self._device_info(facts)
             self.phase("startup")  # waiting for a ready worker (none when the pool had one)
             path = worker.dir / "candidate.py"
             path.write_text(self.source)
@@ -218,7 +220,10 @@ class CandidateRun:
             except Stop:
                 self.phase(self.result.stage)
         finally:
-            self.result.artifacts.update(worker.close(harvest=harvest))
+            # A worker's exit tears its CUDA context down, which is device work too: not
+            # while another candidate is timed.
+            with self.slot.shared():
+                self.result.artifacts.update(worker.close(harvest=harvest))
 
     def _device_info(self, facts: p.DeviceFacts | None) -> DeviceInfo:
         if facts is None:

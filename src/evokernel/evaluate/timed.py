@@ -1,14 +1,20 @@
 """The timing phase of one evaluation, driven from the parent (session.CandidateRun's worker).
 
-Per public scenario, in the timed dtype: the timing inputs are built under the device's shared
-lock (`Prepare`), then the timed rounds run under its exclusive lock (`Time`: no other timing
-and no correctness job of this evaluator on that GPU meanwhile); the host/event cross-check is
-judged (figures.timer_problems); on CUDA a profiler pass follows (`Profile`). The outputs of the
-sampled timed calls are re-checked against references the parent rebuilds from the seeds (a
-helper thread, while the worker goes on). Figures (speedup, roofline, flags) come from the raw
-times and the clean calibration (figures.scenario_result).
+Scenarios are timed in batches (with a cascade, cascade.py: the screen scenarios, then the
+rest only when promoted; without one, all public scenarios), in the timed dtype. Per batch:
 
-With a cascade (cascade.py) the screen scenarios go first; the rest only when promoted.
+  1. the timing inputs of its scenarios are built under the device's shared lock (`Prepare`,
+     as many at once as fit in `PREPARED_BYTES`);
+  2. their timed rounds run back to back under one exclusive hold (`Time`: no other timing,
+     no correctness job, no worker start-up of this evaluator on that GPU meanwhile), so an
+     evaluation waits for the device once per batch, not once per scenario;
+  3. per scenario, the host/event cross-check is judged (figures.timer_problems) and, on CUDA,
+     a profiler pass runs (`Profile`, under the shared lock: it lists kernels and streams and
+     times nothing that is compared).
+
+The outputs of the sampled timed calls are re-checked against references the parent rebuilds
+from the seeds (a helper thread, while the worker goes on). Figures (speedup, roofline, flags)
+come from the raw times and the clean calibration (figures.scenario_result).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from evokernel.evaluate.session import CandidateRun
 
 PROFILE_CALLS = 3
+PREPARED_BYTES = 4 * 2**30  # timing inputs one worker holds on the device at once
 
 
 class TimingPhase:
@@ -72,47 +79,76 @@ class TimingPhase:
 
     def _batch(self, scenarios: list[Scenario]) -> list[Any]:
         """Time `scenarios`, re-check their sampled outputs, add their figures."""
+        run = self.run_
+        l2 = run.facts.l2_bytes if run.facts is not None else 0
+        plans = [
+            timing_plan(run.task, s, run.device, run.options, run.seed, l2, True) for s in scenarios
+        ]
         raw: list[tuple[TimingPlan, p.Timed]] = []
         pending: list[tuple[TimingPlan, Future]] = []
-        for scenario in scenarios:
-            plan, timed = self._time(scenario)
-            raw.append((plan, timed))
-            pending.append((plan, self.run_.helper.submit(self._recheck_refs, plan, timed)))
+        for group in self._groups(plans):
+            for plan, timed in self._time(group):
+                raw.append((plan, timed))
+                pending.append((plan, run.helper.submit(self._recheck_refs, plan, timed)))
         for plan, future in pending:
             self._recheck(plan, future)
         return self._figures(raw)
 
-    def _time(self, scenario: Scenario) -> tuple[TimingPlan, p.Timed]:
+    def _groups(self, plans: list[TimingPlan]) -> list[list[TimingPlan]]:
+        """Consecutive plans whose timing inputs fit in PREPARED_BYTES together (one at least)."""
+        groups: list[list[TimingPlan]] = []
+        held = 0
+        for plan in plans:
+            size = plan.copies * self.run_.task.rotating_bytes(plan.scenario, plan.dtype)
+            if not groups or held + size > PREPARED_BYTES:
+                groups.append([])
+                held = 0
+            groups[-1].append(plan)
+            held += size
+        return groups
+
+    def _time(self, plans: list[TimingPlan]) -> list[tuple[TimingPlan, p.Timed]]:
+        """Prepare every plan (shared), time them back to back (one exclusive hold), then judge
+        and profile each (shared)."""
         run, worker = self.run_, self.worker
-        l2 = run.facts.l2_bytes if run.facts is not None else 0
-        plan = timing_plan(run.task, scenario, run.device, run.options, run.seed, l2, True)
-        request = plan.request()
-        with run.slot.shared():
-            run.reply(worker, p.Prepare(timing=request), p.Prepared)
+        for plan in plans:
+            with run.slot.shared():
+                run.reply(worker, p.Prepare(timing=plan.request()), p.Prepared)
+        done: list[tuple[TimingPlan, p.Timed]] = []
         asked = time.monotonic()
         with run.slot.exclusive():
             got = time.monotonic()
-            timed = run.reply(worker, request, p.Timed)
-        held = time.monotonic() - got
-        run.phases["timing_wait"] = round(run.phases.get("timing_wait", 0) + got - asked, 2)
-        run.phases["timing_held"] = round(run.phases.get("timing_held", 0) + held, 2)
+            try:
+                for plan in plans:
+                    timed = run.reply(worker, plan.request(), p.Timed)
+                    self._accept(plan, timed)
+                    done.append((plan, timed))
+            finally:
+                held = time.monotonic() - got
+                run.phases["timing_wait"] = round(run.phases.get("timing_wait", 0) + got - asked, 2)
+                run.phases["timing_held"] = round(run.phases.get("timing_held", 0) + held, 2)
+        for plan, timed in done:
+            if run.cuda:
+                run.add(timer_problems(timed.series, plan.scenario.name))
+                if run.options.profile:
+                    self._profile(plan.scenario, plan)
+        return done
+
+    def _accept(self, plan: TimingPlan, timed: p.Timed) -> None:
+        """Stop on a failed timed call or a reply without the candidate's figures."""
+        run, name = self.run_, plan.scenario.name
         if timed.reason:
             who = timed.implementation or "candidate"
             line = timed.reason
             if who != "candidate":
-                line = reason("infrastructure", f"{scenario.name}: {who} failed: {line}")
+                line = reason("infrastructure", f"{name}: {who} failed: {line}")
             run.add(line)
             raise _stop()
         if "candidate" not in timed.series:
-            run.add(reason("no-result", f"{scenario.name}: no candidate timings came back"))
+            run.add(reason("no-result", f"{name}: no candidate timings came back"))
             raise _stop()
-        self.spins[scenario.name] = round(timed.spin_us, 1)
-        self.copies[scenario.name] = plan.copies
-        if run.cuda:
-            run.add(timer_problems(timed.series, scenario.name))
-            if run.options.profile:
-                self._profile(scenario, plan)
-        return plan, timed
+        self.spins[name] = round(timed.spin_us, 1)
+        self.copies[name] = plan.copies
 
     def _profile(self, scenario: Scenario, plan: TimingPlan) -> None:
         run = self.run_
@@ -120,7 +156,7 @@ class TimingPhase:
             scenario=scenario.name, dtype=str(plan.dtype), seed=plan.profile_seed,
             calls=PROFILE_CALLS,
         )  # fmt: skip
-        with run.slot.exclusive():
+        with run.slot.shared():
             prof = run.reply(self.worker, request, p.Profiled)
         if prof.reason:
             run.add(prof.reason)

@@ -6,6 +6,9 @@ off the critical path. Each worker is still fresh and still serves one candidate
 `lease(spec)` hands a ready worker out of the pool for good (the caller closes it; nothing
 ever puts it back), and the pool starts a replacement.
 
+* Start-up is two requests (protocol.Init, then protocol.Warm): the imports run freely; the
+  device part (CUDA context, warm-up kernels, the spin rate) holds the device's shared lock
+  (locks.py), so a worker starting ahead never runs GPU work while a candidate is timed.
 * Interchangeable workers share a `Spec` (mode, task, device, dtype, limits, GPU, threads).
 * A worker that died or hung before it was handed out never reaches a candidate: a dead one
   is seen at `lease` and replaced; a hung start-up hits its start-up limit and is replaced
@@ -15,7 +18,8 @@ ever puts it back), and the pool starts a replacement.
 * How many: none ahead of the first lease of a spec (a one-off `evokernel eval` pays no spare);
   from the second on, after each hand-out, as many ready as leases are running at once (one
   for a sequential search, W for W evaluations in flight), at most `capacity()`: half the
-  machine's cores, at most 8 (start-up is CPU work).
+  machine's cores, at most 8 (start-up is CPU work). `api.default_workers` sizes the
+  evaluations in flight the same way.
 * `compile_cache`: after a worker's trusted set-up, and before any candidate code ran in it,
   the Triton binaries it built (launchers, the warm-up kernels) go to the shared cache.
 """
@@ -33,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from evokernel.evaluate import protocol as p
+from evokernel.evaluate.locks import slot_of
 from evokernel.evaluate.process import compile_cache, policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.result import reason
@@ -42,6 +47,7 @@ _MAX_TRIES = 4
 
 
 def capacity() -> int:
+    """Ready workers kept per spec at most: half the machine's cores, 1 to 8."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
@@ -76,15 +82,18 @@ class StartFailed(Exception):
 
 
 @dataclass
-class Warm:
+class ReadyWorker:
+    """A worker through its trusted set-up, never handed a candidate yet."""
+
     process: WorkerProcess
     ready: p.Ready
+    facts: p.DeviceFacts | None
 
     def alive(self) -> bool:
         return self.process.proc.poll() is None and self.process.verdict is None
 
 
-def start(spec: Spec) -> Warm:
+def start(spec: Spec) -> ReadyWorker:
     """A new worker through its trusted set-up; StartFailed when it does not get there. A CUDA
     worker reads the shared compile cache and, once ready, gives it what it compiled."""
     cache = compile_cache.shared() if spec.device == "cuda" else None
@@ -103,9 +112,13 @@ def start(spec: Spec) -> Warm:
         )
         reply = worker.request(spec.init(), (p.Ready, p.Error))
         if isinstance(reply, p.Error):
-            policy.note_setup_failure(reply.sandbox, spec.device, reply.detail)
-            detail = reply.detail.strip().splitlines()[-1:] or [""]
-            raise StartFailed(f"worker set-up failed: {detail[0][-300:]}", reply.detail)
+            _set_up_failed(reply, reply.sandbox, spec)
+        assert isinstance(reply, p.Ready)
+        with slot_of(spec.device, spec.cuda_visible).shared():
+            warmed = worker.request(p.Warm(), (p.Warmed, p.Error))
+        if isinstance(warmed, p.Error):
+            _set_up_failed(warmed, reply.sandbox, spec)
+        assert isinstance(warmed, p.Warmed)
         worker.clear_deadline()
         if cache is not None:  # only trusted code has run in it so far
             cache.keep_trusted(worker.dir)
@@ -115,22 +128,28 @@ def start(spec: Spec) -> Warm:
     except BaseException:
         worker.close()
         raise
-    return Warm(worker, reply)
+    return ReadyWorker(worker, reply, warmed.device)
+
+
+def _set_up_failed(error: p.Error, layers: list[str], spec: Spec) -> None:
+    policy.note_setup_failure(layers, spec.device, error.detail)
+    detail = error.detail.strip().splitlines()[-1:] or [""]
+    raise StartFailed(f"worker set-up failed: {detail[0][-300:]}", error.detail)
 
 
 class WarmPool:
     """Ready workers per spec. One per process (`POOL`); thread-safe."""
 
-    def __init__(self, starter: Callable[[Spec], Warm]) -> None:
+    def __init__(self, starter: Callable[[Spec], ReadyWorker]) -> None:
         self._starter = starter
-        self._ready: dict[Spec, deque[Future[Warm]]] = {}
+        self._ready: dict[Spec, deque[Future[ReadyWorker]]] = {}
         self._leases: dict[Spec, int] = {}
         self._running: dict[Spec, int] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def _start_async(self, spec: Spec) -> Future[Warm]:
-        future: Future[Warm] = Future()
+    def _start_async(self, spec: Spec) -> Future[ReadyWorker]:
+        future: Future[ReadyWorker] = Future()
 
         def run() -> None:
             try:
@@ -162,7 +181,7 @@ class WarmPool:
             while len(queue) < want:
                 queue.append(self._start_async(spec))
 
-    def take(self, spec: Spec) -> Warm:
+    def take(self, spec: Spec) -> ReadyWorker:
         """A ready worker, never handed out before. StartFailed after repeated start-up
         failures."""
         last: StartFailed | None = None
@@ -184,7 +203,7 @@ class WarmPool:
         raise last or StartFailed("no worker could be started")
 
     @contextmanager
-    def lease(self, spec: Spec) -> Iterator[Warm]:
+    def lease(self, spec: Spec) -> Iterator[ReadyWorker]:
         """`with pool.lease(spec) as warm:` a fresh ready worker for one candidate; the caller
         closes `warm.process` (the pool never takes it back). Once it is handed out, the pool
         starts the next one(s) ahead."""
@@ -199,7 +218,7 @@ class WarmPool:
             with self._lock:
                 self._running[spec] -= 1
 
-    def waiting(self) -> list[Warm]:
+    def waiting(self) -> list[ReadyWorker]:
         """The ready workers waiting in the pool now (for diagnostics and tests)."""
         with self._lock:
             futures = [f for queue in self._ready.values() for f in queue]
@@ -225,7 +244,7 @@ class WarmPool:
             future.add_done_callback(_close_started)  # runs now when already done
 
 
-def _close_started(future: Future[Warm]) -> None:
+def _close_started(future: Future[ReadyWorker]) -> None:
     if future.exception() is None:
         future.result().process.close()
 

@@ -1,7 +1,10 @@
 """The worker's request loop. Answers the parent's requests in order; never decides a verdict.
 
-  Init       trusted set-up (mode "eval" | "calibrate": import torch and Triton, initialise the
-             device, warm up, install and snapshot the guards; mode "call": nothing) -> Ready
+  Init       trusted set-up without the device (mode "eval" | "calibrate": import torch,
+             Triton and the task; mode "call": nothing) -> Ready
+  Warm       the device part (mode "eval" | "calibrate": initialise the device, warm up,
+             measure the spin rate, install and snapshot the guards) -> Warmed; the parent
+             sends it under the device's shared lock
   Load       Loading (acknowledged), then import the candidate file (only now does candidate
              code run) and find the entry point -> Loaded
   Check      one correctness job (calls.check_job); raw outputs -> Checked
@@ -40,14 +43,17 @@ class Session:
         self.entry: Any = None
         self.path: str | None = None
         self.hidden: dict[int, dict[str, Any]] = {}
-        self.prepared: tuple[str, Any] | None = None  # (scenario, TimedScenario) built early
+        self.prepared: dict[str, Any] = {}  # scenario -> TimedScenario built ahead (Prepare)
+        self.warmed = False
         if self.mode == "call":
             return
         import torch
 
-        from evokernel.evaluate.worker.calls import Caller, poisoned
-        from evokernel.evaluate.worker.guards import Guards
-        from evokernel.evaluate.worker.warmup import warm_up
+        # Everything `warm` needs is imported here, so that Warm is device work only.
+        import evokernel.evaluate.worker.calls
+        import evokernel.evaluate.worker.guards
+        import evokernel.evaluate.worker.timing
+        import evokernel.evaluate.worker.warmup  # noqa: F401
         from evokernel.tasks import get_task
 
         warnings.filterwarnings("ignore")
@@ -55,22 +61,32 @@ class Session:
         self.task = get_task(init.task)
         self.cuda = self.device == "cuda"
         self.dtype = channel.dtype_of(init.dtype)
+        self.device_memory_mb = init.device_memory_mb
+
+    def warm(self, _msg: p.Warm) -> p.Warmed:
+        if self.mode == "call" or self.warmed:
+            raise RuntimeError(f"unexpected Warm (mode {self.mode}, warmed {self.warmed})")
+        import torch
+
+        from evokernel.evaluate.worker.calls import Caller, poisoned
+        from evokernel.evaluate.worker.guards import Guards
+        from evokernel.evaluate.worker.timing import spin_cycles_per_us
+        from evokernel.evaluate.worker.warmup import warm_up
+
         if self.cuda:
             torch.cuda.init()
             torch.cuda.set_device(0)
         warm_up(self.task, self.device, self.dtype)
         with poisoned():
             torch.empty(1)
-        self.spin_rate = 0.0
-        if self.cuda:
-            from evokernel.evaluate.worker.timing import spin_cycles_per_us
-
-            self.spin_rate = spin_cycles_per_us()
+        self.spin_rate = spin_cycles_per_us() if self.cuda else 0.0
         self.guards = Guards(self.cuda)
         self.guards.install()
-        self.caller = Caller(self.guards, self.device, init.device_memory_mb * 2**20, None)
+        self.caller = Caller(self.guards, self.device, self.device_memory_mb * 2**20, None)
         own = [m for name, m in sys.modules.items() if name.startswith("evokernel.") and m]
         self.guards.snapshot(own)
+        self.warmed = True
+        return p.Warmed(device=self.device_facts())
 
     def device_facts(self) -> p.DeviceFacts | None:
         if self.mode == "call":
@@ -111,6 +127,8 @@ class Session:
         from evokernel.evaluate.result import reason, reason_code
         from evokernel.evaluate.worker.calls import classify
 
+        if not self.warmed:
+            raise RuntimeError("Load before Warm: the worker's set-up is not finished")
         path = msg.path
         self.path = self.caller.path = path
         threads = self.guards.os_threads()
@@ -171,17 +189,13 @@ class Session:
 
     def prepare(self, msg: p.Prepare) -> p.Prepared:
         """Build one scenario's timing inputs (CPU generation, copies on the device) before the
-        exclusive timed phase, so the device is held only while calls are timed."""
-        self.prepared = (msg.timing.scenario, self._timed_scenario(msg.timing))
+        exclusive timed phase, so the device is held only while calls are timed. Several may
+        wait at once (a batch of scenarios is timed in one exclusive hold)."""
+        self.prepared[msg.timing.scenario] = self._timed_scenario(msg.timing)
         return p.Prepared(problems=self.guards.problems())
 
     def time(self, msg: p.Time) -> p.Timed:
-        prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared[0] == msg.scenario:
-            timed = prepared[1]
-        else:
-            timed = self._timed_scenario(msg)
-        del prepared
+        timed = self.prepared.pop(msg.scenario, None) or self._timed_scenario(msg)
         threads = self.guards.os_threads()  # after building inputs (CPU thread pools start)
         self.caller.limit_device_memory()
         result = timed.run()
@@ -250,7 +264,7 @@ def serve(conn: Connection, sandbox: list[str]) -> None:
     init = p.recv(conn, (p.Init,))
     try:
         session = Session(init)
-        p.send(conn, p.Ready(pid=os.getpid(), sandbox=sandbox, device=session.device_facts()))
+        p.send(conn, p.Ready(pid=os.getpid(), sandbox=sandbox))
     except Exception:
         p.send(conn, p.Error(detail=traceback.format_exc()[-3000:], sandbox=sandbox))
         return
@@ -269,6 +283,13 @@ def serve(conn: Connection, sandbox: list[str]) -> None:
         msg = p.recv(conn, p.REQUESTS)
         if isinstance(msg, p.Exit):
             return
+        if isinstance(msg, p.Warm):  # trusted set-up: a failure is the infrastructure's
+            try:
+                p.send(conn, session.warm(msg))
+            except Exception:
+                p.send(conn, p.Error(detail=traceback.format_exc()[-3000:], sandbox=sandbox))
+                return
+            continue
         if isinstance(msg, p.Load):
             p.send(conn, p.Loading())  # from here on, candidate code runs
         reply: p.Message

@@ -12,16 +12,23 @@ candidate and the baselines), so it knows which inputs every call saw. Each call
   3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
      whole device and reads it again: the gap ("tail") is work still running on other streams.
 
-After the timed rounds, a few calls per implementation run without the spin, timed by events
-and by a synchronized host clock around the same call (the host/event cross-check). Outputs of
-the candidate calls the parent picked are cloned (outside the events) for re-checking. On the
-CPU the same schedule is timed with perf_counter (interpreter figures, no speed claim).
+Three times during the timed rounds (after each third of them), a few calls per
+implementation run without the spin, timed by events and by a synchronized host clock around
+the same call (the host/event cross-check; `Series.xbatch` says which of the three batches a
+call belongs to, so the parent can tell work that escapes the events on every call from a
+moment of interference). Outputs of the candidate calls the parent picked are cloned (outside
+the events) for re-checking. On the CPU the same schedule is timed with perf_counter
+(interpreter figures, no speed claim).
 
-Every timer the loop uses was captured at import of this module, before any candidate code.
+Python's cyclic garbage collector is off during the rounds (collected just before, as `timeit`
+does): a collection landing between an event and the host clock reading would otherwise show
+up as time outside the events. Every timer the loop uses was captured at import of this
+module, before any candidate code.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,10 +49,13 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _ev_sync = torch.cuda.Event.synchronize
 _sleep = torch.cuda._sleep
+_gc_collect, _gc_disable, _gc_enable = gc.collect, gc.disable, gc.enable
+_gc_isenabled = gc.isenabled
 
 _SPIN_MIN_US = 30.0
 _SPIN_MAX_US = 3000.0
-_XCHECK_CALLS = 8
+_XCHECK_CALLS = 8  # per implementation and batch
+XCHECK_BATCHES = 3
 
 
 def spin_cycles_per_us() -> float:
@@ -181,6 +191,19 @@ class TimedScenario:
         t1 = _perf()
         return (t1 - t0) * 1e6, _elapsed(self.ev0, self.ev1) * 1e3
 
+    def _cross_check_batch(
+        self, batch: int, raw: dict[str, dict[str, list[Any]]]
+    ) -> TimingOutcome | None:
+        for _ in range(_XCHECK_CALLS):
+            for name in self.fns:  # interleaved, like the timed rounds
+                got = self._cross_check(name)
+                if isinstance(got, str):
+                    return TimingOutcome(reason=got, implementation=name)
+                raw[name]["xhost_us"].append(got[0])
+                raw[name]["xevent_us"].append(got[1])
+                raw[name]["xbatch"].append(batch)
+        return None
+
     def _spin_us(self) -> float:
         """Spin long enough to hide the slowest implementation's host-side launch cost."""
         if not self.cuda:
@@ -197,12 +220,33 @@ class TimedScenario:
             worst = max(worst, sorted(enq)[1])
         return min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * worst + 20.0))
 
+    def _cross_checks_after(self) -> list[int]:
+        """Indices of the rounds after which a cross-check batch runs (one per third)."""
+        if not self.cuda:
+            return []
+        reps = max(1, len(self.rounds) - self.timed_from)
+        last = len(self.rounds) - 1
+        return [min(last, self.timed_from - 1 + max(1, reps * k // XCHECK_BATCHES))
+                for k in range(1, XCHECK_BATCHES + 1)]  # fmt: skip
+
     def run(self) -> TimingOutcome:
+        enabled = _gc_isenabled()
+        _gc_collect()
+        _gc_disable()
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                _gc_enable()
+
+    def _run(self) -> TimingOutcome:
         spin_us = self._spin_us()
-        raw: dict[str, dict[str, list[float]]] = {
-            name: {"event_us": [], "tail_us": [], "enqueue_us": [], "xhost_us": [], "xevent_us": []}
+        raw: dict[str, dict[str, list[Any]]] = {
+            name: {k: [] for k in ("event_us", "tail_us", "enqueue_us", "xhost_us", "xevent_us",
+                                   "xbatch")}
             for name in self.fns
-        }
+        }  # fmt: skip
+        marks = self._cross_checks_after()
         rechecks: list[Recheck] = []
         for index, order in enumerate(self.rounds):
             for name in order:
@@ -219,13 +263,10 @@ class TimedScenario:
                     raw[name][key].append(value)
                 if name == "candidate" and index - self.timed_from in self.recheck:
                     rechecks.append(Recheck(index - self.timed_from, counter, out.detach().clone()))
-        if self.cuda:
-            for _ in range(_XCHECK_CALLS):
-                for name in self.fns:  # interleaved, like the timed rounds
-                    got = self._cross_check(name)
-                    if isinstance(got, str):
-                        return TimingOutcome(reason=got, implementation=name)
-                    raw[name]["xhost_us"].append(got[0])
-                    raw[name]["xevent_us"].append(got[1])
+            for batch, mark in enumerate(marks):
+                if mark == index:
+                    failed = self._cross_check_batch(batch, raw)
+                    if failed is not None:
+                        return failed
         series = {name: Series(**figures) for name, figures in raw.items()}
         return TimingOutcome(series=series, rechecks=rechecks, spin_us=spin_us)
