@@ -4,14 +4,18 @@ candidate. Real worker processes throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 from eval_helpers import HONEST, descendants
 
-from evokernel.evaluate import EvalOptions, evaluate
+from evokernel.evaluate import EvalOptions, api, evaluate
+from evokernel.evaluate.process import pool as pool_module
+from evokernel.evaluate.process.launch import WorkerProcess
 from evokernel.evaluate.process.pool import POOL, Spec, WarmPool, start
 from evokernel.evaluate.process.procs import snapshot
 
@@ -97,3 +101,47 @@ def test_a_worker_that_hung_while_waiting_is_replaced_without_blame() -> None:
     # The stopped worker was handed out first: its silence cost the acknowledgement limit.
     assert json.loads(result.artifacts["phases"])["startup"] >= 15
     assert descendants() == []
+
+
+class _RecordingSlot:
+    """Stands for the device slot: records whether its shared side is held."""
+
+    def __init__(self) -> None:
+        self.held = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+
+
+def test_only_the_device_part_of_start_up_holds_the_device(monkeypatch) -> None:
+    """Imports run freely; the device part (Warm) holds the device's shared lock, so a worker
+    starting ahead never runs GPU work while a candidate is timed."""
+    slot = _RecordingSlot()
+    seen: list[tuple[str, bool]] = []
+    request = WorkerProcess.request
+
+    def recording(self, message, kinds):  # type: ignore[no-untyped-def]
+        seen.append((message.op, slot.held))
+        return request(self, message, kinds)
+
+    monkeypatch.setattr(pool_module, "slot_of", lambda kind, visible: slot)
+    monkeypatch.setattr(WorkerProcess, "request", recording)
+    ready = start(spec())
+    ready.process.close()
+    assert seen == [("init", False), ("warm", True)]
+    assert ready.facts is not None and ready.facts.kind == "cpu"
+
+
+def test_workers_and_spares_are_sized_to_the_cores(monkeypatch) -> None:
+    monkeypatch.setattr(api, "slot_count", lambda kind: 2)
+    for cores, spares, per_gpu in ((2, 1, 1), (16, 8, 4), (64, 8, 8), (256, 8, 8)):
+        monkeypatch.setattr(os, "cpu_count", lambda n=cores: n)
+        assert pool_module.capacity() == spares
+        assert api.default_workers("cuda") == 2 * per_gpu
+        assert api.worker_threads("cuda") == max(1, cores // (2 * per_gpu))
+    assert api.default_workers("cpu") == 1

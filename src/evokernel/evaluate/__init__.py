@@ -5,6 +5,7 @@
     isolation_status().line        # "sandbox: landlock v7, netns, pidns, ..., seccomp"
     result = evaluate("gqa_decode_attention", "cand.py", device="cuda")   # -> EvalResult
     results = evaluate_many(task, [src1, src2], device="cpu", workers=2)
+    default_workers("cuda")        # evaluations in flight that suit this machine
     outcome = run_isolated("evaluator.py", "evaluate", ["prog.py"], timeout_s=60)
 
 The layout is the trust boundary:
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from evokernel.evaluate.api import default_workers as default_workers
     from evokernel.evaluate.api import evaluate as evaluate
     from evokernel.evaluate.api import evaluate_many as evaluate_many
     from evokernel.evaluate.cascade import Cascade as Cascade
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from evokernel.evaluate.result import reason_code as reason_code
 
 _EXPORTS = {
+    "default_workers": "api",
     "evaluate": "api",
     "Cascade": "cascade",
     "evaluate_many": "api",

@@ -10,10 +10,12 @@ worker: load, correctness, timing) -> statistics against the clean calibration (
 runs only; one calibration per task and GPU, shared by every candidate of this process and
 started concurrently with the first candidate's correctness phase).
 
-`evaluate_many` runs up to `workers` candidates at once. Their correctness phases overlap; a
-timed phase holds its GPU exclusively (locks.DeviceSlot). With several visible GPUs, candidates
-are spread over them round-robin. With `budget_s`, candidates not started when the budget
-runs out are returned unevaluated (reason `budget`); those already running finish.
+`evaluate_many` runs up to `workers` candidates at once (default `default_workers`: sized to
+the machine's cores). Their correctness phases overlap; a timed phase holds its GPU
+exclusively (locks.DeviceSlot). With several visible GPUs, candidates are spread over them
+round-robin. With `budget_s`, candidates not started when the budget runs out are returned
+unevaluated (reason `budget`); those already running finish. Concurrent `evaluate` calls from
+several threads (the search's workers) share the same locks, the warm pool and the calibration.
 """
 
 from __future__ import annotations
@@ -71,6 +73,25 @@ def _file_kind(mode: int) -> str:
         (stat.S_ISBLK, "a block device"),
     )  # fmt: skip
     return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+PER_GPU_MAX = 8
+
+
+def default_workers(device: str) -> int:
+    """Evaluations in flight that use this machine: on CUDA, per visible GPU, half the cores
+    shared among the GPUs (1 to `PER_GPU_MAX` per GPU; compiles and checks are CPU work that
+    overlaps, timed phases take turns); on the CPU 1 (the interpreter is the bottleneck)."""
+    if device != "cuda":
+        return 1
+    gpus = slot_count("cuda")
+    per_gpu = max(1, min(PER_GPU_MAX, (os.cpu_count() or 2) // 2 // gpus))
+    return per_gpu * gpus
+
+
+def worker_threads(device: str, workers: int | None = None) -> int:
+    """Intra-op threads of one worker when `workers` (default: `default_workers`) run at once."""
+    return max(1, (os.cpu_count() or 1) // (workers or default_workers(device)))
 
 
 def _task(task: str | Task) -> Task:
@@ -159,7 +180,8 @@ def evaluate(
     calibration, so their timed phases never overlap on one GPU."""
     the_task, dev, opts = _prepare(task, device, options)
     source, label = read_candidate(candidate)
-    threads = max(1, (os.cpu_count() or 1))
+    # One thread count for every call, so that the pool's workers suit every caller.
+    threads = worker_threads(dev)
     return _one(the_task, source, label, dev, opts, slot(dev, gpu), threads)
 
 
@@ -168,17 +190,20 @@ def evaluate_many(
     candidates: Sequence[Candidate],
     device: str | None = None,
     options: EvalOptions | None = None,
-    workers: int = 2,
+    workers: int | None = None,
     budget_s: float | None = None,
 ) -> list[EvalResult]:
-    """Evaluate several candidates, `workers` at a time; results in the input order."""
+    """Evaluate several candidates, `workers` at a time (None: `default_workers`); results in
+    the input order."""
     the_task, dev, opts = _prepare(task, device, options)
+    if workers is None:
+        workers = default_workers(dev)
     if workers < 1:
         raise TaskError(f"workers must be >= 1, got {workers}")
     read = [read_candidate(c) for c in candidates]
     deadline = None if budget_s is None else time.monotonic() + budget_s
     slots = slot_count(dev)
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = worker_threads(dev, workers)
 
     def one(index: int) -> EvalResult:
         source, label = read[index]
