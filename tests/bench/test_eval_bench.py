@@ -6,16 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evokernel.bench.eval_bench import (
-    EvalBenchOptions,
-    Program,
-    format_table,
-    programs_for,
-    run_eval_bench,
-    summarize,
-    write,
-)
-from evokernel.evaluate import EvalOptions
+import pytest
+
+from evokernel.bench.eval_bench import Program, format_table, programs_for, summarize
+from evokernel.cli import main
 from evokernel.evaluate.result import EvalResult
 
 TASK = "gqa_decode_attention"
@@ -30,20 +24,24 @@ def test_the_programs_are_fixed_and_evenly_spaced_over_the_knob_space() -> None:
     assert len(everything) == 48 and everything[47].knobs == four[3].knobs
 
 
-def test_a_fixed_set_goes_through_the_evaluator(tmp_path: Path) -> None:
-    options = EvalOptions(seed=4, time=False, hidden=False, input_sets=1, scenarios=("b1_ctx16",))
-    opts = EvalBenchOptions(device="cpu", tasks=(TASK,), programs=2, workers=2, options=options)
-    lines: list[str] = []
-    doc = run_eval_bench(opts, progress=lines.append)
-    total = doc["total"]
-    assert total["evaluations"] == 2 and total["not_started"] == 0
-    assert total["false_rejections"] == 0, total["rejected"]
-    assert total["evals_per_min"] > 0 and total["phases_s"]["correctness"] > 0
-    assert doc["tasks"][TASK]["knob_space"] == 54 and len(lines) == 2
-    write(doc, tmp_path / "b.json")
-    assert json.loads((tmp_path / "b.json").read_text())["kind"] == "evokernel-bench-eval"
-    table = format_table(doc)
-    assert "false rej" in table and "total" in table
+def test_a_fixed_set_goes_through_the_evaluator_with_its_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["bench", "eval", "--device", "cpu", "--tasks", "decode_linear", "--programs", "2",
+            "--workers", "2", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["evaluations"] == 2 and summary["false_rejections"] == 0, stdout
+    assert summary["evals_per_min"] > 0 and summary["phases_s"]["correctness"] > 0
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "evokernel-bench-eval" and doc["workers"] == 2
+    assert doc["options"]["reps"] == 2 and doc["options"]["cascade"] is None  # the defaults
+    task = doc["tasks"]["decode_linear"]
+    assert task["knob_space"] == 48 and task["not_started"] == 0
+    assert stderr.count("decode_linear #") == 2  # one progress line per evaluation
+    assert "false rej" in format_table(doc)
 
 
 def test_every_rejection_is_counted_with_its_program() -> None:

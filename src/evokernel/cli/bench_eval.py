@@ -2,6 +2,7 @@
 
     evokernel bench eval [--tasks A,B] [--programs N | --sweep] [--workers N]
         [--promote-above X] [--max-minutes M] [--device cuda|cpu] [--out FILE.json] [--json]
+        [--allow-unsandboxed]
 
 Runs the task seeds with their declared knob values through the evaluator with its default
 settings, as the search does (bench/eval_bench.py), and prints evaluations per minute, the mean
@@ -67,6 +68,11 @@ def add_to(verbs: argparse._SubParsersAction) -> None:
     e.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: CUDA if any")
     e.add_argument("--out", metavar="FILE.json", help="result file")
     e.add_argument("--json", action="store_true", help="the last line is the whole document")
+    e.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="evaluate even where the OS sandbox (Landlock + seccomp) is unavailable",
+    )
     e.set_defaults(func=run)
 
 
@@ -95,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if device == "cpu":
         devices.check_interpreter()
     devices.prepare(device)
-    print(require_isolation(False).line, file=sys.stderr, flush=True)
+    print(require_isolation(args.allow_unsandboxed).line, file=sys.stderr, flush=True)
     command = " ".join(["evokernel", *sys.argv[1:]])
     opts = EvalBenchOptions(
         device=device,
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         programs=programs,
         workers=workers,
         max_minutes=minutes,
-        options=EvalOptions(cascade=cascade),
+        options=EvalOptions(cascade=cascade, allow_unsandboxed=args.allow_unsandboxed),
         command=command,
     )
     doc = run_eval_bench(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
