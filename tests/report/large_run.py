@@ -26,7 +26,7 @@ FAILS = [
 def large_run(out: Path, count: int, islands: int = 4, seed: int = 0) -> Path:
     rng = random.Random(seed)
     out.mkdir(parents=True)
-    db = Database(out / "programs.sqlite")
+    db = Database.create(out / "programs.sqlite")
     start = time.time() - count * 2.0
     db.commit(
         meta={

@@ -154,8 +154,11 @@ class ScriptedProblem:
         self.timed = True
         self.fitness_kind = "speedup"
         self.fitness_label = fit.fitness_label("cuda")
+        self.screens = False
 
-    def evaluate(self, code: str, *, slot: int = 0) -> EvalResult:
+    def evaluate(
+        self, code: str, *, gpu: int = 0, promote_above: float | None = None
+    ) -> EvalResult:
         return scripted_result(code)
 
     def fitness(self, result: EvalResult) -> float | None:

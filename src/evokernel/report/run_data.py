@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.evaluate.result import EvalResult
-from evokernel.evolve.database import Database, Program
+from evokernel.evolve.database import Database, NotARunDatabase, Program
 from evokernel.evolve.rundir import RunDir
 from evokernel.evolve.status import read_status
 from evokernel.evolve.summary import summarize
@@ -222,7 +222,7 @@ def _result(db: Database, p: Program, cache: dict[str, EvalResult | None], bad: 
     if source not in cache:
         try:
             cache[source] = db.result(p.id)
-        except (ValueError, KeyError, TypeError) as err:
+        except (NotARunDatabase, ValueError, KeyError, TypeError) as err:
             cache[source] = None
             bad.append(f"{source}: {type(err).__name__}")
     return cache[source]
@@ -247,7 +247,7 @@ def load_run(path: Path) -> RunData:
     trouble = ""
     try:
         _, status = read_status(run.path)
-    except (ValueError, KeyError, TypeError) as err:
+    except (NotARunDatabase, ValueError, KeyError, TypeError) as err:
         # A stored result that does not parse breaks the dispatch table, not the report.
         trouble = f"the dispatch table could not be computed ({type(err).__name__}: {err})"
         status = {}

@@ -8,6 +8,8 @@ position gets a fresh, right-sized static cache whose tensors are marked
     than copying gigabytes of cache into graph-owned buffers each step; a new cache makes the
     graph re-record, which is cheap;
   * dynamic in their length (`mark_dynamic(t, 2)`): one compile serves every cache length.
+    Dynamo's duck shaping is off while the step runs: it would give a cache of 128 positions
+    the symbol of the (static) head_dim 128 and refuse the dynamic mark.
 
 Prefill runs eagerly (flash SDPA, cuBLAS GEMMs), as gpt-fast does unless told to compile it.
 gpt-fast also turns on Inductor's coordinate-descent tuning; we leave it off to bound compile
@@ -55,7 +57,12 @@ class GptFastSystem:
         return _Session(self, prompt, right_sized(need))
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.no_grad()  # as gpt-fast runs it (not inference_mode)
+        from torch.fx.experimental import _config as shape_config
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())  # as gpt-fast runs it (not inference_mode)
+        stack.enter_context(shape_config.patch(use_duck_shape=False))
+        return stack
 
     def setup(self) -> dict[str, Any]:
         return {
