@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import reason
 from evokernel.evaluate.worker.guards import Guards
@@ -43,15 +44,6 @@ CUDA_ERROR_MARKERS = (
     "CUresult",
 )
 _HOST_OOM_MARKERS = ("can't allocate memory", "DefaultCPUAllocator", "std::bad_alloc")
-
-
-class FatalError(Exception):
-    """The worker must answer `Fatal` and exit (its CUDA context is poisoned); `line` is the
-    reason."""
-
-    def __init__(self, line: str) -> None:
-        super().__init__(line)
-        self.line = line
 
 
 def _is_tensor(value: Any) -> bool:

@@ -268,8 +268,6 @@ def serve(conn: Connection, sandbox: list[str]) -> None:
     except Exception:
         p.send(conn, p.Error(detail=traceback.format_exc()[-3000:], sandbox=sandbox))
         return
-    from evokernel.evaluate.worker.calls import FatalError
-
     handlers: dict[type[p.Message], Any] = {
         p.Load: session.load,
         p.Check: session.check,
@@ -295,7 +293,7 @@ def serve(conn: Connection, sandbox: list[str]) -> None:
         reply: p.Message
         try:
             reply = handlers[type(msg)](msg)
-        except FatalError as err:
+        except channel.FatalError as err:
             _fatal(conn, err.line)
         except Exception as err:
             text = f"{type(err).__name__}: {err}"
