@@ -47,8 +47,10 @@ EXPECTED: dict[str, tuple[set[str], set[str] | None]] = {
     "forges_a_reply.py": ({"no-result"}, None),
 }
 # Codes that may follow the expected one: the nondeterministic candidate's noisy calls also
-# miss the reference when they happen to be the first call on an input set.
-LATER = {"nondeterministic.py": {"mismatch"}}
+# miss the reference when they happen to be the first call on an input set; the pointer cache
+# answers a later job in another dtype from its cache when that job's buffers happen to land
+# at a cached address.
+LATER = {"nondeterministic.py": {"mismatch"}, "cache_by_pointer.py": {"output-dtype"}}
 STATIC_ONLY = {"forbidden_constructs.py", "no_markers.py"}
 MARKED = {"hangs.py", "daemon_grandchild.py"}
 TIMEOUT_S = 20.0
