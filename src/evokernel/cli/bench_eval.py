@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from evokernel.cli import args as checked
+from evokernel.cli.eval import add_allow_unsandboxed
 from evokernel.errors import EvokernelError
 
 
@@ -68,11 +69,7 @@ def add_to(verbs: argparse._SubParsersAction) -> None:
     e.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: CUDA if any")
     e.add_argument("--out", metavar="FILE.json", help="result file")
     e.add_argument("--json", action="store_true", help="the last line is the whole document")
-    e.add_argument(
-        "--allow-unsandboxed",
-        action="store_true",
-        help="evaluate even where the OS sandbox (Landlock + seccomp) is unavailable",
-    )
+    add_allow_unsandboxed(e)
     e.set_defaults(func=run)
 
 

@@ -41,12 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenarios", default=None, help="comma-separated public scenario names")
     p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
+    add_allow_unsandboxed(p)
+    p.set_defaults(func=run)
+
+
+def add_allow_unsandboxed(p: argparse.ArgumentParser) -> None:
+    """The flag of every verb that evaluates candidates."""
     p.add_argument(
         "--allow-unsandboxed",
         action="store_true",
         help="evaluate even where the OS sandbox (Landlock + seccomp) is unavailable",
     )
-    p.set_defaults(func=run)
 
 
 def _us(x: float) -> str:
