@@ -5,8 +5,9 @@
 #   scripts/gpu_check.sh                      all sections
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
-# Sections: env tests engine stages evaluator evolve, and bench (the decode benchmark's full
-# suite, about 6 minutes; not in the default list). Each writes JSON and a log under $OUT
+# Sections: env tests engine stages evaluator evolve, and two of about 6 minutes each that are
+# not in the default list: bench (the decode benchmark's full suite) and throughput (the
+# evaluator's throughput and false rejections over both tasks' knob spaces). Each writes JSON and a log under $OUT
 # (./out when unset); one failing section does not stop the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
@@ -48,7 +49,9 @@ for s in "${sections[@]}"; do
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
     bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
-    *) echo "unknown section $s (env tests engine stages evaluator evolve bench)"; exit 2 ;;
+    throughput) run_section throughput bash scripts/gpu/eval_throughput.sh ;;
+    *) echo "unknown section $s (env tests engine stages evaluator evolve bench throughput)"
+       exit 2 ;;
   esac
 done
 $PY scripts/gpu/summary.py "$OUT"

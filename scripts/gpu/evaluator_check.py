@@ -6,7 +6,8 @@
 2. Runs the GPU-only hostile candidates (tests/evaluate/hostile_gpu) and checks each is
    rejected with its reason; then an illegal memory access followed by an honest candidate,
    which must still pass.
-3. Checks that no process started by the evaluations outlives them.
+3. Checks that no process started by the evaluations outlives them, and that every evaluation
+   ran inside the OS sandbox (Landlock and seccomp at least; the layers are printed first).
 
 Writes ${OUT:-out}/evaluator_check.json (every EvalResult, the expectations, a `table` of short
 lines that scripts/gpu/summary.py prints) and ends with that table. Exit 0 when every
@@ -22,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from evokernel.evaluate import EvalOptions, EvalResult, evaluate, evaluate_many
-from evokernel.evaluate.procs import snapshot
+from evokernel.evaluate import EvalOptions, EvalResult, evaluate, evaluate_many, isolation_status
+from evokernel.evaluate.process.procs import snapshot
 from evokernel.tasks import get_task
 from evokernel.tasks.blocks import set_knobs
 
@@ -96,6 +97,10 @@ def main() -> int:
         print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
 
     start = time.monotonic()
+    isolation = isolation_status()
+    print(isolation.line, flush=True)
+    table.append(isolation.line)
+    report["sandbox"] = list(isolation.layers)
     with tempfile.TemporaryDirectory() as tmp:
         honest = {
             "attention seed": (ATTENTION, get_task(ATTENTION).seed_candidate),
@@ -110,6 +115,9 @@ def main() -> int:
             table += lines[:1] + [line.strip() for line in lines[1:]]
             expect(f"{label} correct", result.correct, "; ".join(result.reasons[:3]))
             expect(f"{label} under 60 s", result.wall_s < 60, f"{result.wall_s:.1f} s")
+            held = result.artifacts.get("sandbox", "")
+            sandboxed = "landlock" in held and "seccomp" in held
+            expect(f"{label} sandboxed", sandboxed, held)
             flagged = [s.name for s in result.scenarios if "beyond-roofline" in s.flags]
             expect(f"{label} within the roofline", not flagged, ", ".join(flagged))
         # An honest candidate faster than the stock baseline must pass with a win: the linear

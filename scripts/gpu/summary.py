@@ -59,6 +59,17 @@ def main(out: Path) -> None:
     if evo and "table" in evo:
         for row in evo["table"]:
             print("  " + row)
+    speed = _load(out / "eval_throughput.json")
+    if speed and "total" in speed:
+        t = speed["total"]
+        ph = t["phases_s"]
+        print(
+            f"  eval throughput on {speed.get('hardware')}: {t['evals_per_min']:.1f} evals/min "
+            f"({t['evaluations']} evaluated, {t['not_started']} not started, "
+            f"{speed.get('workers')} in flight); per evaluation startup {ph['startup']:.1f} s, "
+            f"correctness {ph['correctness']:.1f} s, timing {ph['timing']:.1f} s (GPU held "
+            f"{t['gpu_held_s']:.2f} s); false rejections {t['false_rejections']}"
+        )
     for suite in ("quick", "full"):
         bench = _load(out / f"bench_decode_{suite}.json")
         if bench:

@@ -8,9 +8,11 @@ processes; nothing of the sandbox is mocked.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
-from evokernel.evaluate.procs import snapshot
+from evokernel.evaluate.process.pool import POOL
+from evokernel.evaluate.process.procs import snapshot
 
 HERE = Path(__file__).parent
 HOSTILE = HERE / "hostile"
@@ -19,7 +21,9 @@ ISOLATED = HERE / "isolated"
 
 
 def descendants(root: int | None = None) -> list[int]:
-    """Live processes below `root` (default: this test process)."""
+    """Live processes below `root` (default: this test process), once the warm pool's idle
+    workers (the evaluator's own, waiting for their candidate) are closed."""
+    POOL.drain()
     root = os.getpid() if root is None else root
     table = snapshot()
     children: dict[int, list[int]] = {}
@@ -39,7 +43,30 @@ def pid_alive(pid: int) -> bool:
     return st is not None and st.state != "Z"
 
 
-def read_pids(path: Path) -> list[int]:
-    if not path.exists():
-        return []
-    return [int(line) for line in path.read_text().split() if line.strip()]
+PLACEHOLDER = "evokernel-mark"
+
+
+def marked_copy(source: Path, directory: Path) -> tuple[Path, str]:
+    """A copy of a candidate file whose marker string (PLACEHOLDER, the name its long-lived
+    processes give themselves as argv[0]) is made unique, and that marker."""
+    token = f"evokernel-mark-{uuid.uuid4().hex[:12]}"
+    path = directory / source.name
+    path.write_text(source.read_text().replace(PLACEHOLDER, token))
+    return path, token
+
+
+def marked_processes(token: str) -> list[int]:
+    """Live processes anywhere on the machine whose command line holds `token` (a process
+    inside a PID namespace has another pid there: only its command line is comparable)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if token.encode() in cmdline and pid_alive(int(name)):
+            found.append(int(name))
+    return found

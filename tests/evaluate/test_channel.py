@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from evokernel.evaluate import channel
+from evokernel.evaluate.process import channel
 
 
 def pair():

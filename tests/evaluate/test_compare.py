@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from evokernel.evaluate.compare import Case, errors, judge, judge_repeat
+from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import reason_code
 from evokernel.tasks.base import OutputSpec, Tolerance
 
@@ -14,9 +15,12 @@ SPEC = OutputSpec((2, 3, 4), torch.float32)
 CASE = Case("b1", "b1", False, torch.float32, "input set 1")
 
 
-def verdict(out: object, **record: object) -> str | None:
-    rec = {"type": "torch.Tensor", "device": "cpu", "out": out, **record}
-    _check, line = judge(rec, CASE, SPEC, REF, TOL, "cpu")
+def record(out: torch.Tensor, type: str = "torch.Tensor", device: str = "cpu") -> CallRecord:
+    return CallRecord(step="same", mutated=[], type=type, device=device, out=out)
+
+
+def verdict(out: torch.Tensor, **fields: str) -> str | None:
+    _check, line = judge(record(out, **fields), CASE, SPEC, REF, TOL, "cpu")
     return reason_code(line) if line else None
 
 
@@ -35,8 +39,7 @@ def test_order_of_judgements() -> None:
 
 
 def test_timed_mismatch_and_detail() -> None:
-    rec = {"type": "torch.Tensor", "device": "cpu", "out": REF.float() + 0.5}
-    check, line = judge(rec, CASE, SPEC, REF, TOL, "cpu", timed=True)
+    check, line = judge(record(REF.float() + 0.5), CASE, SPEC, REF, TOL, "cpu", timed=True)
     assert line is not None and reason_code(line) == "timed-output-mismatch"
     assert "rel_l2" in line and "worst at [" in line and not check.passed
     assert check.rel_l2 == errors(REF.float() + 0.5, REF)[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from eval_helpers import HERE, descendants
 
-from evokernel.evaluate import EvalOptions, evaluate, evaluate_many
+from evokernel.evaluate import Cascade, EvalOptions, evaluate, evaluate_many
 from evokernel.tasks import get_task
 from evokernel.tasks.blocks import set_knobs
 
@@ -82,3 +82,17 @@ def test_honest_faster_candidate_passes_with_figures() -> None:
     assert o_proj is not None and o_proj.win, [(s.name, s.speedup_ci) for s in result.scenarios]
     assert "kernels" in result.artifacts and "_linear_tile" in result.artifacts["kernels"]
     assert result.wall_s < 60
+
+
+def test_the_cascade_screens_below_the_bar_and_times_the_rest_in_full() -> None:
+    linear = get_task("decode_linear")
+    out_of_reach = EvalOptions(seed=23, hidden=False, cascade=Cascade(promote_above=100.0))
+    screened = evaluate(linear.name, linear.seed_candidate, "cuda", out_of_reach)
+    assert screened.correct and screened.stage == "screened", screened.reasons
+    assert [s.name for s in screened.scenarios] == ["qkv_m1", "o_m1"]  # one per regime
+    assert screened.artifacts["cascade"].startswith("estimate "), screened.artifacts
+    within = EvalOptions(seed=23, hidden=False, cascade=Cascade(promote_above=0.01))
+    promoted = evaluate(linear.name, linear.seed_candidate, "cuda", within)
+    assert promoted.correct and promoted.stage == "done", promoted.reasons
+    assert [s.name for s in promoted.scenarios] == [s.name for s in linear.scenarios("cuda")]
+    assert promoted.artifacts["cascade"].startswith("promoted: estimate ")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from eval_helpers import ISOLATED, descendants, pid_alive
+from eval_helpers import ISOLATED, descendants, marked_processes
 
 from evokernel.errors import EvokernelError
 from evokernel.evaluate import run_isolated
@@ -30,14 +31,13 @@ def test_exception_is_a_reason() -> None:
     assert "fails" in out.traceback
 
 
-def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
+def test_timeout_kills_the_whole_tree() -> None:
+    marker = f"evokernel-mark-{uuid.uuid4().hex[:12]}"
     start = time.monotonic()
-    out = run_isolated(FUNCTIONS, "hangs_with_grandchild", [str(pidfile)], timeout_s=3)
+    out = run_isolated(FUNCTIONS, "hangs_with_grandchild", [marker], timeout_s=3)
     assert reason_code(out.reason or "") == "timeout"
     assert time.monotonic() - start < 15
-    grandchild = int(pidfile.read_text())
-    assert not pid_alive(grandchild)
+    assert marked_processes(marker) == []
     assert descendants() == []
 
 

@@ -4,12 +4,11 @@ correct, counted) but never becomes a parent, an elite or a dispatch-table entry
 
 from __future__ import annotations
 
-import dataclasses
 import io
 
 from evolve_fakes import FakeProblem, mset
 
-import evokernel.evaluate.options as eval_options
+from evokernel.evaluate import Cascade, EvalOptions
 from evokernel.evolve.cascade import promote_threshold, with_cascade
 from evokernel.evolve.config import config_from_dict
 from evokernel.evolve.islands import Population
@@ -76,23 +75,10 @@ def test_the_threshold_is_the_fitness_to_beat_for_the_island_top(tmp_path):
     assert seen_none and seen_value
 
 
-@dataclasses.dataclass(frozen=True)
-class _Cascade:
-    scenarios: tuple[str, ...] = ()
-    promote_above: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Options:
-    timeout_s: float = 1.0
-    cascade: _Cascade | None = None
-
-
-def test_the_adapter_sets_the_evaluators_cascade_only_when_it_has_one(monkeypatch):
-    assert with_cascade(_Options(), ("a",), 1.2) == _Options()  # no Cascade in the evaluator
-    monkeypatch.setattr(eval_options, "Cascade", _Cascade, raising=False)
-    assert with_cascade(_Options(), ["a"], 1.2).cascade == _Cascade(("a",), 1.2)
-    assert with_cascade(_Options(), ["a"], None) == _Options()  # no threshold: in full
+def test_each_evaluation_carries_the_screen_only_with_a_threshold():
+    options = with_cascade(EvalOptions(), ["a"], 1.2)
+    assert options.cascade == Cascade(("a",), 1.2)
+    assert with_cascade(EvalOptions(), ["a"], None) == EvalOptions()  # no threshold: in full
     cuda = KernelProblem("decode_linear", "cuda", config_from_dict({}))
     assert cuda.screens and cuda.job("x", 1.5).promote_above == 1.5
     off = config_from_dict({"evaluator": {"cascade": "off"}})

@@ -1,4 +1,5 @@
 """`evokernel bench decode`: decode throughput by context position, ours and the baselines.
+(`evokernel bench eval`, the evaluator's throughput, lives in bench_eval.py.)
 
     evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
         [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
@@ -27,7 +28,9 @@ DEFAULT_BASELINES = "evokernel,gptfast,hf_eager,hf_compile,vllm"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks: batch-1 decode by context position")
+    p = sub.add_parser(
+        "bench", help="benchmarks: batch-1 decode by context position, evaluator throughput"
+    )
     verbs = p.add_subparsers(dest="bench_verb", metavar="BENCH")
     verbs.required = True
     d = verbs.add_parser(
@@ -85,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="the last JSON line also holds every result row"
     )
     d.set_defaults(func=run)
+    from evokernel.cli import bench_eval
+
+    bench_eval.add_to(verbs)
 
 
 def run(args: argparse.Namespace) -> int:

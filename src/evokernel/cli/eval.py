@@ -1,8 +1,10 @@
 """`evokernel eval TASK CANDIDATE.py [--device cuda|cpu] [--json] [--seed N] [--no-time]
-[--timeout S] [--scenarios A,B] [--no-static]`: evaluate one candidate.
+[--timeout S] [--scenarios A,B] [--no-static] [--allow-unsandboxed]`: evaluate one candidate.
 
-Prints one table row per public scenario (candidate and fastest-baseline medians, speedup with
-its 95% interval, % of the roofline, flags) and the reasons when the candidate fails. `--json`
+First says on stderr which OS isolation the candidate runs under (`sandbox: landlock v7, netns,
+...`); without Landlock and seccomp it refuses (exit 2) unless `--allow-unsandboxed`. Prints
+one table row per public scenario (candidate and fastest-baseline medians, speedup with its
+95% interval, % of the roofline, flags) and the reasons when the candidate fails. `--json`
 ends stdout with one JSON line: `EvalResult.to_dict()` (at least `task`, `correct`, `reasons`
 and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
 """
@@ -10,6 +12,8 @@ and per-scenario figures). Exit 0 when correct, 1 when not, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from pathlib import Path
 
 from evokernel.cli import args as checked
@@ -37,7 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenarios", default=None, help="comma-separated public scenario names")
     p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
+    add_allow_unsandboxed(p)
     p.set_defaults(func=run)
+
+
+def add_allow_unsandboxed(p: argparse.ArgumentParser) -> None:
+    """The flag of every verb that evaluates candidates."""
+    p.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="evaluate even where the OS sandbox (Landlock + seccomp) is unavailable",
+    )
 
 
 def _us(x: float) -> str:
@@ -86,9 +100,14 @@ def render(result: object) -> str:
     return "\n".join(lines)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     from evokernel import device as devices
-    from evokernel.evaluate import EvalOptions, evaluate
+    from evokernel.evaluate import EvalOptions, evaluate, isolation_status
+    from evokernel.evaluate.api import check_arguments, read_candidate
 
     candidate: Path = checked.regular_file(args.candidate, "CANDIDATE")
     seed = None if args.seed is None else checked.seed(args.seed)
@@ -99,9 +118,16 @@ def run(args: argparse.Namespace) -> int:
         fields["scenarios"] = checked.name_list(args.scenarios, "--scenarios")
     if args.no_static:
         fields["static_check"] = False
+    if args.allow_unsandboxed:
+        fields["allow_unsandboxed"] = True
     options = EvalOptions(**fields)  # type: ignore[arg-type]
+    check_arguments(args.task, args.device, options)  # bad input: one line, before anything
+    read_candidate(candidate)
     if devices.resolve(args.device) == "cpu":
         devices.check_interpreter()  # candidates are Triton kernels, interpreted on the CPU
+    # SIGTERM unwinds like Ctrl-C, so the worker and its scratch directory are cleaned up.
+    signal.signal(signal.SIGTERM, _terminated)
+    print(isolation_status().line, file=sys.stderr, flush=True)
     result = evaluate(args.task, candidate, device=args.device, options=options)
     print(render(result))
     if args.json:

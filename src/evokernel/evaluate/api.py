@@ -1,24 +1,28 @@
 """The evaluator's entry points: `evaluate` and `evaluate_many`.
 
 Only bad arguments raise (an unknown task or scenario, a missing candidate file, bad options:
-`EvokernelError` subclasses). Everything a candidate does ends as an `EvalResult` with
-`correct=False` and reason lines.
+`EvokernelError` subclasses), and a machine without the OS sandbox unless
+`EvalOptions.allow_unsandboxed` (see `isolation_status()`). Everything a candidate does ends
+as an `EvalResult` with `correct=False` and reason lines.
 
 Flow per candidate: static pre-check (optional, no process) -> `session.CandidateRun` (fresh
 worker: load, correctness, timing) -> statistics against the clean calibration (CUDA, timed
 runs only; one calibration per task and GPU, shared by every candidate of this process and
 started concurrently with the first candidate's correctness phase).
 
-`evaluate_many` runs up to `workers` candidates at once. Their correctness phases overlap; a
-timed phase holds its GPU exclusively (locks.DeviceSlot). With several visible GPUs, candidates
-are spread over them round-robin. With `budget_s`, candidates not started when the budget
-runs out are returned unevaluated (reason `budget`); those already running finish.
+`evaluate_many` runs up to `workers` candidates at once (default `default_workers`: sized to
+the machine's cores). Their correctness phases overlap; a timed phase holds its GPU
+exclusively (locks.DeviceSlot). With several visible GPUs, candidates are spread over them
+round-robin. With `budget_s`, candidates not started when the budget runs out are returned
+unevaluated (reason `budget`); those already running finish. Concurrent `evaluate` calls from
+several threads (the search's workers) share the same locks, the warm pool and the calibration.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +31,12 @@ from pathlib import Path
 from evokernel import device as devices
 from evokernel.errors import TaskError
 from evokernel.evaluate.calibration import calibration_for
+from evokernel.evaluate.cascade import screen_scenarios
 from evokernel.evaluate.locks import DeviceSlot, slot, slot_count
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios
+from evokernel.evaluate.process.launch import abort_all
+from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult, reason
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import check_source
@@ -45,12 +52,46 @@ def read_candidate(candidate: Candidate) -> tuple[str, str]:
         digest = hashlib.sha256(candidate.encode()).hexdigest()[:16]
         return candidate, f"sha256:{digest}"
     path = Path(candidate)
-    if not path.is_file():
-        raise TaskError(f"candidate file not found: {path}")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise TaskError(f"candidate file not found: {path}") from None
+    except OSError as err:
+        raise TaskError(f"cannot read candidate {path}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the evaluator
+        raise TaskError(f"candidate {path} is {_file_kind(mode)}, not a regular file")
     try:
         return path.read_text(), str(path)
     except (OSError, UnicodeDecodeError) as err:
         raise TaskError(f"cannot read candidate {path}: {err}") from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+PER_GPU_MAX = 8
+
+
+def default_workers(device: str) -> int:
+    """Evaluations in flight that use this machine: on CUDA, per visible GPU, half the cores
+    shared among the GPUs (1 to `PER_GPU_MAX` per GPU; compiles and checks are CPU work that
+    overlaps, timed phases take turns); on the CPU 1 (the interpreter is the bottleneck)."""
+    if device != "cuda":
+        return 1
+    gpus = slot_count("cuda")
+    per_gpu = max(1, min(PER_GPU_MAX, (os.cpu_count() or 2) // 2 // gpus))
+    return per_gpu * gpus
+
+
+def worker_threads(device: str, workers: int | None = None) -> int:
+    """Intra-op threads of one worker when `workers` (default: `default_workers`) run at once."""
+    return max(1, (os.cpu_count() or 1) // (workers or default_workers(device)))
 
 
 def _task(task: str | Task) -> Task:
@@ -102,15 +143,27 @@ def _one(
     return result
 
 
-def _prepare(
+def check_arguments(
     task: str | Task, device: str | None, options: EvalOptions | None
 ) -> tuple[Task, str, EvalOptions]:
+    """(task, device, resolved options); raises for a bad argument (unknown task, device or
+    scenario). Does not look at the sandbox."""
     the_task = _task(task)
     dev = devices.resolve(device)
     opts = (options or EvalOptions()).resolved(dev)
     if dev not in the_task.dtypes:
         raise TaskError(f"task {the_task.name} has no dtypes for device {dev}")
-    public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    public = public_scenarios(the_task, dev, opts)  # an unknown scenario name is a bad argument
+    if opts.cascade is not None:
+        screen_scenarios(opts.cascade, public)  # so is a screen scenario not among them
+    return the_task, dev, opts
+
+
+def _prepare(
+    task: str | Task, device: str | None, options: EvalOptions | None
+) -> tuple[Task, str, EvalOptions]:
+    the_task, dev, opts = check_arguments(task, device, options)
+    require_isolation(opts.allow_unsandboxed)
     return the_task, dev, opts
 
 
@@ -127,7 +180,8 @@ def evaluate(
     calibration, so their timed phases never overlap on one GPU."""
     the_task, dev, opts = _prepare(task, device, options)
     source, label = read_candidate(candidate)
-    threads = max(1, (os.cpu_count() or 1))
+    # One thread count for every call, so that the pool's workers suit every caller.
+    threads = worker_threads(dev)
     return _one(the_task, source, label, dev, opts, slot(dev, gpu), threads)
 
 
@@ -136,17 +190,20 @@ def evaluate_many(
     candidates: Sequence[Candidate],
     device: str | None = None,
     options: EvalOptions | None = None,
-    workers: int = 2,
+    workers: int | None = None,
     budget_s: float | None = None,
 ) -> list[EvalResult]:
-    """Evaluate several candidates, `workers` at a time; results in the input order."""
+    """Evaluate several candidates, `workers` at a time (None: `default_workers`); results in
+    the input order."""
     the_task, dev, opts = _prepare(task, device, options)
+    if workers is None:
+        workers = default_workers(dev)
     if workers < 1:
         raise TaskError(f"workers must be >= 1, got {workers}")
     read = [read_candidate(c) for c in candidates]
     deadline = None if budget_s is None else time.monotonic() + budget_s
     slots = slot_count(dev)
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = worker_threads(dev, workers)
 
     def one(index: int) -> EvalResult:
         source, label = read[index]
@@ -158,4 +215,9 @@ def evaluate_many(
         return _one(the_task, source, label, dev, opts, slot(dev, index % slots), threads)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evokernel-eval") as pool:
-        return list(pool.map(one, range(len(read))))
+        try:
+            return list(pool.map(one, range(len(read))))
+        except BaseException:  # an interrupt: stop the running workers instead of waiting
+            pool.shutdown(wait=False, cancel_futures=True)
+            abort_all(reason("infrastructure", "the evaluator was interrupted"))
+            raise

@@ -19,11 +19,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from evokernel.evaluate import protocol as p
 from evokernel.evaluate.locks import DeviceSlot
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios, timing_plan
+from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
+from evokernel.evaluate.process.pool import Spec, StartFailed, start
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.sandbox import Worker, WorkerGone
 from evokernel.evaluate.stats import median
 from evokernel.tasks.base import Task
 
@@ -33,7 +35,6 @@ CALIBRATION_SEED = 7
 @dataclass
 class Calibration:
     copy_gbps: float = 0.0
-    device: dict[str, object] = field(default_factory=dict)
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # scenario -> name -> us
     driver: str = ""
     clocks: str = ""
@@ -60,68 +61,73 @@ def nvidia_smi(visible: str | None) -> tuple[str, str]:
     return fields[0], f"sm {fields[1]} MHz, mem {fields[2]} MHz at start"
 
 
+def calibration_spec(task: Task, options: EvalOptions, slot: DeviceSlot) -> Spec:
+    return Spec(
+        mode="calibrate",
+        task=task.name,
+        device="cuda",
+        dtype=str(task.dtypes["cuda"][0]),
+        device_memory_mb=options.device_memory_mb,
+        threads=4,
+        memory_mb=max(options.memory_mb, 16384),
+        disk_mb=options.disk_mb,
+        cuda_visible=slot.visible,
+        startup_timeout_s=options.startup_timeout_s,
+    )
+
+
 def calibrate(task: Task, options: EvalOptions, slot: DeviceSlot) -> Calibration:
     """Never raises: a failure is recorded in `Calibration.error`."""
-    start = time.monotonic()
+    began = time.monotonic()
     cal = Calibration()
     cal.driver, cal.clocks = nvidia_smi(slot.visible)
     try:
-        worker = Worker(
-            device="cuda",
-            memory_mb=max(options.memory_mb, 16384),
-            disk_mb=options.disk_mb,
-            cuda_visible=slot.visible,
-            threads=4,
-        )
-    except OSError as err:
+        warm = start(calibration_spec(task, options, slot))  # a fresh worker, never pooled
+    except (StartFailed, OSError) as err:
         cal.error = f"cannot start the calibration worker: {err}"
+        cal.wall_s = time.monotonic() - began
         return cal
     try:
-        _run(worker, task, options, slot, cal)
+        _run(warm.process, warm.facts, task, options, slot, cal)
     except WorkerGone as gone:
         cal.error = gone.line
     except Exception as err:  # a calibration failure must not fail a candidate
         cal.error = f"{type(err).__name__}: {err}"
     finally:
-        worker.close()
-        cal.wall_s = time.monotonic() - start
+        with slot.shared():  # its CUDA context's teardown: not during a timed phase
+            warm.process.close()
+        cal.wall_s = time.monotonic() - began
     return cal
 
 
-def _run(worker: Worker, task: Task, options: EvalOptions, slot: DeviceSlot, cal: Calibration):
-    worker.set_deadline(
-        options.startup_timeout_s + 300.0, reason("infrastructure", "calibration timed out")
-    )
-    ready = worker.request(
-        {
-            "op": "init",
-            "mode": "calibrate",
-            "task": task.name,
-            "device": "cuda",
-            "dtype": str(task.dtypes["cuda"][0]),
-            "device_memory_mb": options.device_memory_mb,
-            "threads": 4,
-        }
-    )
-    if ready.get("op") != "ready":
-        cal.error = str(ready.get("detail", ready))[-500:]
-        return
-    cal.device = dict(ready.get("device", {}))
+def _run(
+    worker: WorkerProcess,
+    facts: p.DeviceFacts | None,
+    task: Task,
+    options: EvalOptions,
+    slot: DeviceSlot,
+    cal: Calibration,
+) -> None:
+    worker.set_deadline(300.0, reason("infrastructure", "calibration timed out"))
+    l2 = facts.l2_bytes if facts is not None else 0
     with slot.exclusive():
-        reply = worker.request({"op": "calibrate"})
-    cal.copy_gbps = float(reply.get("copy_gbps", 0.0))
-    cal.problems += list(reply.get("problems", []))
-    l2 = int(str(cal.device.get("l2_bytes", 0) or 0))
+        measured = worker.request(p.Calibrate(), (p.Calibrated, p.Error))
+    if isinstance(measured, p.Error):
+        cal.error = measured.detail[-500:]
+        return
+    cal.copy_gbps = measured.copy_gbps
+    cal.problems += measured.problems
     for scenario in public_scenarios(task, "cuda", options):
         plan = timing_plan(task, scenario, "cuda", options, CALIBRATION_SEED, l2, False)
         with slot.exclusive():
-            reply = worker.request(plan.message())
-        if reply.get("op") != "timed" or "series" not in reply:
-            cal.error = str(reply.get("reason") or reply.get("detail") or reply)[-500:]
+            timed = worker.request(plan.request(), (p.Timed, p.Fatal, p.Error))
+        if not isinstance(timed, p.Timed) or timed.reason or not timed.series:
+            detail = getattr(timed, "reason", None) or getattr(timed, "detail", "") or "no series"
+            cal.error = str(detail)[-500:]
             return
-        cal.problems += list(reply.get("problems", []))
+        cal.problems += timed.problems
         cal.baselines[scenario.name] = {
-            k.removeprefix("baseline:"): median(v["event_us"]) for k, v in reply["series"].items()
+            k.removeprefix("baseline:"): median(v.event_us) for k, v in timed.series.items()
         }
 
 

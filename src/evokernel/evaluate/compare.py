@@ -15,10 +15,10 @@ prompt); the full name stays in the CheckRecord for people.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import CheckRecord, reason
 from evokernel.tasks.base import OutputSpec, Tolerance
 
@@ -66,7 +66,7 @@ def _worst(out: torch.Tensor, ref: torch.Tensor) -> str:
 
 
 def judge(
-    record: dict[str, Any],
+    record: CallRecord,
     case: Case,
     spec: OutputSpec,
     ref: torch.Tensor,
@@ -82,14 +82,14 @@ def judge(
         rec = CheckRecord(case.scenario, case.hidden, dtype, l2, mx, False, line)
         return rec, line
 
-    if "reason" in record:
-        line = str(record["reason"])
+    if record.reason is not None:
+        line = record.reason
         return CheckRecord(case.scenario, case.hidden, dtype, None, None, False, line), line
-    if record.get("type") != "torch.Tensor" or not isinstance(record.get("out"), torch.Tensor):
-        return fail("output-type", f"returned {str(record.get('type'))[:80]}, not a torch.Tensor")
-    out: torch.Tensor = record["out"]
-    if record.get("device") != device:
-        return fail("output-device", f"output on {record.get('device')!r}, expected {device!r}")
+    if record.type != "torch.Tensor" or record.out is None:
+        return fail("output-type", f"returned {str(record.type)[:80]}, not a torch.Tensor")
+    out = record.out
+    if record.device != device:
+        return fail("output-device", f"output on {record.device!r}, expected {device!r}")
     if tuple(out.shape) != tuple(spec.shape):
         return fail("output-shape", f"shape {list(out.shape)}, expected {list(spec.shape)}")
     if out.dtype != spec.dtype:

@@ -102,10 +102,16 @@ def slot(kind: str, index: int = 0) -> DeviceSlot:
     if kind == "cuda":
         gpus = visible_gpus() or ["0"]
         visible = gpus[index % len(gpus)]
+    return slot_of(kind, visible)
+
+
+def slot_of(kind: str, visible: str | None) -> DeviceSlot:
+    """The process-wide slot of the GPU with CUDA_VISIBLE_DEVICES entry `visible` (or of the
+    CPU)."""
     with _SLOTS_LOCK:
-        key = (kind, visible)
+        key = (kind, visible if kind == "cuda" else None)
         if key not in _SLOTS:
-            _SLOTS[key] = DeviceSlot(kind, visible)
+            _SLOTS[key] = DeviceSlot(*key)
         return _SLOTS[key]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from evokernel.errors import ConfigError
+from evokernel.evaluate.cascade import Cascade
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,13 @@ class EvalOptions:
     device_memory_mb: device memory the candidate may allocate beyond its inputs, per call.
     disk_mb:          bytes written under the candidate's private directory.
     startup_timeout_s: limit for the worker's own start-up (an infrastructure fault if hit).
+    cascade:          screen first (cascade.py): every correctness check, then only the screen
+                      scenarios timed; full timing only when their estimate reaches
+                      `promote_above`. None: every public scenario is timed.
+    allow_unsandboxed: run candidates even where the OS sandbox (Landlock and seccomp at
+                      least, see `isolation_status()`) is unavailable. Off: such a machine
+                      refuses to evaluate (an `EvokernelError`), and a worker that came up
+                      without it is an infrastructure fault.
     """
 
     timeout_s: float = 180.0
@@ -51,6 +59,8 @@ class EvalOptions:
     device_memory_mb: int = 8192
     disk_mb: int = 1024
     startup_timeout_s: float = 240.0
+    allow_unsandboxed: bool = False
+    cascade: Cascade | None = None
 
     def __post_init__(self) -> None:
         positive: dict[str, float] = {

@@ -28,6 +28,7 @@ import torch
 
 from evokernel.errors import TaskError
 from evokernel.evaluate.options import EvalOptions
+from evokernel.evaluate.protocol import Check, Time
 from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
@@ -48,6 +49,16 @@ class CheckJob:
     note: str
     repeat: bool = True  # call twice on the same inputs and compare
 
+    def request(self, hidden_seed: int) -> Check:
+        return Check(
+            scenario=self.scenario.name,
+            hidden_seed=hidden_seed if self.scenario.hidden else None,
+            seed=self.seed,
+            dtype=str(self.dtype),
+            perturb_seed=self.perturb_seed,
+            repeat=self.repeat,
+        )
+
 
 @dataclass(frozen=True)
 class TimingPlan:
@@ -62,18 +73,17 @@ class TimingPlan:
     profile_seed: int
     fns: list[str] = field(default_factory=list)
 
-    def message(self) -> dict[str, object]:
-        return {
-            "op": "time",
-            "scenario": self.scenario.name,
-            "dtype": str(self.dtype),
-            "rounds": self.rounds,
-            "timed_from": self.timed_from,
-            "recheck": self.recheck,
-            "base_seeds": self.base_seeds,
-            "copies": self.copies,
-            "perturb_seed": self.perturb_seed,
-        }
+    def request(self) -> Time:
+        return Time(
+            scenario=self.scenario.name,
+            dtype=str(self.dtype),
+            rounds=self.rounds,
+            timed_from=self.timed_from,
+            recheck=self.recheck,
+            base_seeds=self.base_seeds,
+            copies=self.copies,
+            perturb_seed=self.perturb_seed,
+        )
 
     def base_of(self, counter: int) -> int:
         """Index into base_seeds of the inputs the `counter`-th call saw."""

@@ -126,7 +126,7 @@ class EvalResult:
     candidate: str  # path, or "sha256:<digest>" for in-memory sources
     correct: bool
     reasons: list[str]
-    stage: str  # last stage reached: static | load | correctness | timing | done
+    stage: str  # last stage reached: static | load | correctness | timing | screened | done
     device: DeviceInfo | None
     timing_label: str  # "cuda-events" | "cpu-interpreter (correctness only, no speed claim)"
     checks: list[CheckRecord] = field(default_factory=list)

@@ -17,9 +17,6 @@ bounds) means the full evaluation could not have made the program a parent.
 
 A screened program is stored with status "screened": evaluated, correct, never a parent, an
 elite or a dispatch-table entry, and counted in the summary.
-
-Until the evaluator defines `Cascade`, `with_cascade` leaves the options as they are (every
-evaluation runs in full): the adapter is the `getattr` below.
 """
 
 from __future__ import annotations
@@ -35,22 +32,14 @@ if TYPE_CHECKING:
 SCREENED = "screened"
 
 
-def cascade_supported() -> bool:
-    """Whether the installed evaluator understands `EvalOptions.cascade`."""
-    from evokernel.evaluate import options
-
-    return hasattr(options, "Cascade")
-
-
 def with_cascade(options: Any, scenarios: Sequence[str], promote_above: float | None) -> Any:
-    """`options` (an EvalOptions) with the screen set, or unchanged when there is no threshold
-    or the evaluator has no cascade."""
-    from evokernel.evaluate import options as module
+    """`options` (an EvalOptions) with the screen set, or unchanged when there is no
+    threshold."""
+    from evokernel.evaluate.cascade import Cascade
 
-    cascade = getattr(module, "Cascade", None)
-    if promote_above is None or cascade is None:
+    if promote_above is None:
         return options
-    screen = cascade(scenarios=tuple(scenarios), promote_above=float(promote_above))
+    screen = Cascade(scenarios=tuple(scenarios), promote_above=float(promote_above))
     return dataclasses.replace(options, cascade=screen)
 
 

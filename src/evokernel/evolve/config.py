@@ -118,7 +118,7 @@ class MutatorsConfig:
 
 @dataclass
 class EvaluatorConfig:
-    workers: int = 0  # 0: local: one per visible GPU on cuda, 1 on cpu; ray: the cluster's
+    workers: int = 0  # 0: local: evaluate.default_workers on cuda, 1 on cpu; ray: the cluster's
     timeout_s: float = 180.0
     reps: int = 0  # 0: the evaluator's default
     profile: bool = True

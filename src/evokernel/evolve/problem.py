@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evokernel.errors import ConfigError
 from evokernel.evolve import fitness as fit
-from evokernel.evolve.cascade import cascade_supported
 from evokernel.evolve.config import SearchConfig
 from evokernel.evolve.jobs import EvalJob, run_job
 from evokernel.tasks import blocks
@@ -85,7 +84,7 @@ class KernelProblem:
         self.fitness_kind = "speedup" if self.timed else "correctness"
         self.fitness_label = fit.fitness_label(device)
         # The cascade screens by speed: only where speed is measured.
-        self.screens = self.timed and cfg.evaluator.cascade == "auto" and cascade_supported()
+        self.screens = self.timed and cfg.evaluator.cascade == "auto"
 
     def job(self, code: str, promote_above: float | None = None) -> EvalJob:
         ev = self.cfg.evaluator

@@ -1,8 +1,8 @@
-"""Hostile: double-forks a daemon that leaves the session (pid to EVOKERNEL_TEST_PIDFILE),
-then answers correctly. Expected: process; the daemon is killed with the worker."""
+"""Hostile: double-forks a daemon that leaves the session (a `sleep` named MARK, which a test
+makes unique to find it), then answers correctly. Expected: process; the daemon is killed with
+the worker."""
 
 import os
-import time
 
 import torch
 
@@ -25,21 +25,18 @@ def _attend(q, k_cache, v_cache, seq_lens, scale):
 
 
 STARTED = []
+MARK = "evokernel-mark"
 
 
 def _daemon():
     if STARTED:
         return
     STARTED.append(True)
-    path = os.environ.get("EVOKERNEL_TEST_PIDFILE")
     pid = os.fork()
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            if path:
-                with open(path, "a") as f:
-                    f.write(f"{os.getpid()}\n")
-            time.sleep(300)
+            os.execvp("sleep", [MARK, "300"])
         os._exit(0)
     os.waitpid(pid, 0)
 

@@ -1,17 +1,14 @@
-"""Hostile: starts a long-lived grandchild in a new session (its pid goes to the file named by
-EVOKERNEL_TEST_PIDFILE), then spins forever. Expected: timeout; nothing survives."""
+"""Hostile: starts a long-lived grandchild in a new session (named MARK, which a test makes
+unique to find it), then spins forever. Expected: timeout; nothing survives."""
 
-import os
 import subprocess
+
+MARK = "evokernel-mark"
 
 
 # EVOLVE-BLOCK-START
 def _spawn():
-    path = os.environ.get("EVOKERNEL_TEST_PIDFILE")
-    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{child.pid}\n")
+    subprocess.Popen([MARK, "300"], executable="sleep", start_new_session=True)
 
 
 # EVOLVE-BLOCK-END

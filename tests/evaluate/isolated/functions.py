@@ -19,10 +19,8 @@ def fails():
     raise ValueError("no good")
 
 
-def hangs_with_grandchild(pidfile):
-    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    with open(pidfile, "w") as f:
-        f.write(str(child.pid))
+def hangs_with_grandchild(marker):
+    subprocess.Popen([marker, "300"], executable="sleep", start_new_session=True)
     while True:
         time.sleep(0.1)
 

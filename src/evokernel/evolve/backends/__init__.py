@@ -7,7 +7,7 @@
       backend.close()
 
 base.py        Backend, Evaluation, BackendError; the fault contract
-local.py       LocalBackend: one worker per visible GPU of this machine (or CPU slots)
+local.py       LocalBackend: workers over the visible GPUs of this machine (or CPU slots)
 raycluster.py  RayBackend: one Ray task per evaluation, pinned to one GPU of a cluster
                (imported only when chosen; needs `pip install 'evokernel[ray]'`)
 """
@@ -35,15 +35,21 @@ def visible_gpus(device: str) -> int:
 
 def open_backend(cfg: SearchConfig, device: str) -> Backend:
     """The backend `cfg.backend.kind` names, for evaluations on `device` ("cuda" | "cpu").
-    Evaluations at once: `cfg.evaluator.workers`, or 0 = one per visible GPU (local, cuda),
-    1 (local, cpu), the cluster's GPUs (ray, cuda) or CPUs (ray, cpu)."""
+    Evaluations at once: `cfg.evaluator.workers`, or 0 = the evaluator's
+    `default_workers` (local, cuda: several per visible GPU, sized to the cores; their timed
+    phases take turns on each GPU), 1 (local, cpu), the cluster's GPUs (ray, cuda) or CPUs
+    (ray, cpu)."""
     config, workers = cfg.backend, cfg.evaluator.workers
     if config.kind == "ray":
         from evokernel.evolve.backends.raycluster import RayBackend
 
         return RayBackend(device, config.address, workers, config.max_retries)
     gpus = visible_gpus(device)
-    count = workers or (max(1, gpus) if device == "cuda" else 1)
+    if not workers and device == "cuda" and gpus:
+        from evokernel.evaluate import default_workers
+
+        workers = default_workers(device)
+    count = workers or 1
     from evokernel.evolve.backends.local import LocalBackend
 
     return LocalBackend(count, gpus, config.max_retries)

@@ -1,4 +1,4 @@
-"""The `local` backend: evaluations on this machine, one worker per visible GPU (or CPU slot).
+"""The `local` backend: evaluations on this machine, workers over the visible GPUs (or CPU slots).
 
 Worker i (0 <= i < workers) takes one evaluation at a time and runs it on GPU i mod the number
 of visible GPUs (`problem.evaluate(code, gpu=...)`, which passes `evaluate(..., gpu=...)` on

@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from evokernel.evaluate.channel import FatalError
-from evokernel.evaluate.guards import Guards
+from evokernel.evaluate.process.channel import FatalError
+from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import reason
+from evokernel.evaluate.worker.guards import Guards
 
 CUDA_ERROR_MARKERS = (
     "CUDA error",
@@ -180,27 +181,17 @@ def poison_intact() -> bool:
     return bool(_get_det() and _get_fill())
 
 
-def describe(out: Any) -> dict[str, Any]:
-    """What the parent needs to judge an output, plus the output itself when it is a Tensor."""
-    if not _is_tensor(out):
-        return {"type": f"{type(out).__module__}.{type(out).__qualname__}"}
-    return {
-        "type": "torch.Tensor",
-        "device": out.device.type,
-        "out": out.detach(),
-    }
-
-
 def check_job(
     caller: Caller,
     fn: Callable[..., Any],
     inputs: dict[str, Any],
     perturb: Callable[[dict[str, Any]], None] | None,
     repeat: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[CallRecord]:
     """Two calls on `inputs` (one when not `repeat`), then one after `perturb` (when given).
-    One record per call: {"type", "device", "out"} or {"reason"}, plus "mutated" input names."""
-    records: list[dict[str, Any]] = []
+    One record per call: the output (exact type, device, a copy of the tensor) or the reason
+    it has none, plus the names of the inputs it mutated."""
+    records: list[CallRecord] = []
     plan = ["same", "same"] if repeat else ["same"]
     plan += ["perturbed"] if perturb is not None else []
     for step in plan:
@@ -212,17 +203,16 @@ def check_job(
         with poisoned():
             out, line = caller.call(fn, inputs)
             intact = poison_intact()
-        record: dict[str, Any] = {"step": step}
         if not intact:
-            record["reason"] = reason("patched", "memory poisoning was switched off by the call")
-        elif line is not None:
-            record["reason"] = line
-        else:
-            record.update(describe(out))
-            if "out" in record:
-                record["out"] = record["out"].clone()
-        record["mutated"] = mutated(before, inputs)
-        records.append(record)
-        if "reason" in record:
+            line = reason("patched", "memory poisoning was switched off by the call")
+        changed = mutated(before, inputs)
+        if line is not None:
+            records.append(CallRecord(step=step, mutated=changed, reason=line))
             break
+        if _is_tensor(out):
+            kind, device, kept = "torch.Tensor", out.device.type, out.detach().clone()
+        else:
+            kind, device, kept = f"{type(out).__module__}.{type(out).__qualname__}", None, None
+        record = CallRecord(step, changed, None, kind, device, kept)
+        records.append(record)
     return records

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from evokernel.evaluate.wcalls import Caller
+from evokernel.evaluate.protocol import GpuEvent
+from evokernel.evaluate.worker.calls import Caller
 
 _CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -36,7 +37,7 @@ def _stream_of(event: dict[str, Any]) -> int | None:
     return int(digits) if text.startswith("stream") and digits else None
 
 
-def gpu_events(trace_path: str) -> list[dict[str, Any]]:
+def gpu_events(trace_path: str) -> list[GpuEvent]:
     with open(trace_path) as f:
         trace = json.load(f)
     found = []
@@ -44,25 +45,26 @@ def gpu_events(trace_path: str) -> list[dict[str, Any]]:
         if event.get("ph") != "X" or event.get("cat") not in _CATEGORIES:
             continue
         found.append(
-            {
-                "name": str(event.get("name", ""))[:200],
-                "cat": event["cat"],
-                "stream": _stream_of(event),
-                "ts": float(event.get("ts", 0.0)),
-                "dur": float(event.get("dur", 0.0)),
-            }
+            GpuEvent(
+                name=str(event.get("name", ""))[:200],
+                cat=str(event["cat"]),
+                stream=_stream_of(event),
+                ts=float(event.get("ts", 0.0)),
+                dur=float(event.get("dur", 0.0)),
+            )
         )
-    found.sort(key=lambda e: e["ts"])
+    found.sort(key=lambda e: e.ts)
     return found
 
 
 def profile_calls(
     caller: Caller, fn: Callable[..., Any], inputs: dict[str, Any], calls: int, workdir: str
-) -> dict[str, Any]:
-    """{"events": [...]} or {"reason": line}. The first call warms up, outside the window."""
+) -> tuple[list[GpuEvent], str | None]:
+    """(the GPU activities of the window, None) or ([], reason line). The first call warms up,
+    outside the window."""
     out, line = caller.call(fn, inputs)
     if line is not None:
-        return {"reason": line}
+        return [], line
     del out
     marker = torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
@@ -72,11 +74,11 @@ def profile_calls(
         for _ in range(calls):
             _out, line = caller.call(fn, inputs)
             if line is not None:
-                return {"reason": line}
+                return [], line
         torch.cuda.synchronize()
     path = os.path.join(workdir, "trace.json")
     prof.export_chrome_trace(path)
     try:
-        return {"events": gpu_events(path)}
+        return gpu_events(path), None
     finally:
         os.remove(path)

@@ -12,24 +12,33 @@ candidate and the baselines), so it knows which inputs every call saw. Each call
   3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
      whole device and reads it again: the gap ("tail") is work still running on other streams.
 
-After the timed rounds, a few calls per implementation run without the spin, timed by events
-and by a synchronized host clock around the same call (the host/event cross-check). Outputs of
-the candidate calls the parent picked are cloned (outside the events) for re-checking. On the
-CPU the same schedule is timed with perf_counter (interpreter figures, no speed claim).
+Three times during the timed rounds (after each third of them), a few calls per
+implementation run without the spin, timed by events and by a synchronized host clock around
+the same call (the host/event cross-check; `Series.xbatch` says which of the three batches a
+call belongs to, so the parent can tell work that escapes the events on every call from a
+moment of interference). Outputs of the candidate calls the parent picked are cloned (outside
+the events) for re-checking. On the CPU the same schedule is timed with perf_counter
+(interpreter figures, no speed claim).
 
-Every timer the loop uses was captured at import of this module, before any candidate code.
+Python's cyclic garbage collector is off during the rounds (collected just before, as `timeit`
+does): a collection landing between an event and the host clock reading would otherwise show
+up as time outside the events. Every timer the loop uses was captured at import of this
+module, before any candidate code.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from evokernel.evaluate.protocol import Recheck, Series, Time
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.wcalls import Caller, classify, clone_inputs, to_device
+from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs, to_device
 from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
@@ -40,10 +49,13 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _ev_sync = torch.cuda.Event.synchronize
 _sleep = torch.cuda._sleep
+_gc_collect, _gc_disable, _gc_enable = gc.collect, gc.disable, gc.enable
+_gc_isenabled = gc.isenabled
 
 _SPIN_MIN_US = 30.0
 _SPIN_MAX_US = 3000.0
-_XCHECK_CALLS = 8
+_XCHECK_CALLS = 8  # per implementation and batch
+XCHECK_BATCHES = 3
 
 
 def spin_cycles_per_us() -> float:
@@ -80,6 +92,17 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / best / 1e9
 
 
+@dataclass
+class TimingOutcome:
+    """Raw figures per implementation; or the reason a call failed (and whose call it was)."""
+
+    series: dict[str, Series] = field(default_factory=dict)
+    rechecks: list[Recheck] = field(default_factory=list)
+    spin_us: float = 0.0
+    reason: str | None = None
+    implementation: str | None = None
+
+
 class TimedScenario:
     """One scenario's timed phase; `run()` returns the raw figures for the parent."""
 
@@ -90,21 +113,20 @@ class TimedScenario:
         dtype: torch.dtype,
         fns: dict[str, Callable[..., Any]],
         caller: Caller,
-        msg: dict[str, Any],
+        msg: Time,
         spin_rate: float,
     ) -> None:
         self.task, self.scenario, self.fns, self.caller = task, scenario, fns, caller
         self.cuda = caller.cuda
-        self.rounds: list[list[str]] = msg["rounds"]
-        self.timed_from: int = msg["timed_from"]
-        self.perturb_base: int = msg["perturb_seed"]
-        self.recheck = {int(r) for r in msg["recheck"]}
+        self.rounds = msg.rounds
+        self.timed_from = msg.timed_from
+        self.perturb_base = msg.perturb_seed
+        self.recheck = set(msg.recheck)
         self.spin_rate = spin_rate
         bases = [
-            to_device(task.make_inputs(scenario, s, dtype), caller.device)
-            for s in msg["base_seeds"]
+            to_device(task.make_inputs(scenario, s, dtype), caller.device) for s in msg.base_seeds
         ]
-        self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg["copies"])]
+        self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg.copies)]
         del bases
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -169,6 +191,19 @@ class TimedScenario:
         t1 = _perf()
         return (t1 - t0) * 1e6, _elapsed(self.ev0, self.ev1) * 1e3
 
+    def _cross_check_batch(
+        self, batch: int, raw: dict[str, dict[str, list[Any]]]
+    ) -> TimingOutcome | None:
+        for _ in range(_XCHECK_CALLS):
+            for name in self.fns:  # interleaved, like the timed rounds
+                got = self._cross_check(name)
+                if isinstance(got, str):
+                    return TimingOutcome(reason=got, implementation=name)
+                raw[name]["xhost_us"].append(got[0])
+                raw[name]["xevent_us"].append(got[1])
+                raw[name]["xbatch"].append(batch)
+        return None
+
     def _spin_us(self) -> float:
         """Spin long enough to hide the slowest implementation's host-side launch cost."""
         if not self.cuda:
@@ -185,43 +220,53 @@ class TimedScenario:
             worst = max(worst, sorted(enq)[1])
         return min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * worst + 20.0))
 
-    def run(self) -> dict[str, Any]:
+    def _cross_checks_after(self) -> list[int]:
+        """Indices of the rounds after which a cross-check batch runs (one per third)."""
+        if not self.cuda:
+            return []
+        reps = max(1, len(self.rounds) - self.timed_from)
+        last = len(self.rounds) - 1
+        return [min(last, self.timed_from - 1 + max(1, reps * k // XCHECK_BATCHES))
+                for k in range(1, XCHECK_BATCHES + 1)]  # fmt: skip
+
+    def run(self) -> TimingOutcome:
+        enabled = _gc_isenabled()
+        _gc_collect()
+        _gc_disable()
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                _gc_enable()
+
+    def _run(self) -> TimingOutcome:
         spin_us = self._spin_us()
-        series: dict[str, dict[str, list[float]]] = {
-            name: {"event_us": [], "tail_us": [], "enqueue_us": [], "xhost_us": [], "xevent_us": []}
+        raw: dict[str, dict[str, list[Any]]] = {
+            name: {k: [] for k in ("event_us", "tail_us", "enqueue_us", "xhost_us", "xevent_us",
+                                   "xbatch")}
             for name in self.fns
-        }
-        rechecks: list[dict[str, Any]] = []
+        }  # fmt: skip
+        marks = self._cross_checks_after()
+        rechecks: list[Recheck] = []
         for index, order in enumerate(self.rounds):
             for name in order:
                 counter = self.counter
                 out, line, figures = self._timed_call(name, spin_us)
                 if line is not None:
-                    return {"reason": line, "implementation": name}
+                    return TimingOutcome(reason=line, implementation=name)
                 if name == "candidate" and type(out) is not torch.Tensor:
-                    return {
-                        "reason": reason(
-                            "output-type", f"a timed call returned {type(out).__name__}"
-                        )
-                    }
+                    line = reason("output-type", f"a timed call returned {type(out).__name__}")
+                    return TimingOutcome(reason=line, implementation=name)
                 if index < self.timed_from:
                     continue
                 for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
-                    series[name][key].append(value)
+                    raw[name][key].append(value)
                 if name == "candidate" and index - self.timed_from in self.recheck:
-                    rechecks.append(
-                        {
-                            "round": index - self.timed_from,
-                            "counter": counter,
-                            "out": out.detach().clone(),
-                        }
-                    )
-        if self.cuda:
-            for name in self.fns:
-                for _ in range(_XCHECK_CALLS):
-                    got = self._cross_check(name)
-                    if isinstance(got, str):
-                        return {"reason": got, "implementation": name}
-                    series[name]["xhost_us"].append(got[0])
-                    series[name]["xevent_us"].append(got[1])
-        return {"series": series, "rechecks": rechecks, "spin_us": spin_us}
+                    rechecks.append(Recheck(index - self.timed_from, counter, out.detach().clone()))
+            for batch, mark in enumerate(marks):
+                if mark == index:
+                    failed = self._cross_check_batch(batch, raw)
+                    if failed is not None:
+                        return failed
+        series = {name: Series(**figures) for name, figures in raw.items()}
+        return TimingOutcome(series=series, rechecks=rechecks, spin_us=spin_us)
