@@ -1,11 +1,14 @@
 """Escape attempt: overwrites and creates files outside its scratch space at import (the
-test's watched directory OUTSIDE, the system temp directory), then answers correctly."""
+test's watched directory OUTSIDE, the system temp directory), directly and through its own
+/proc/PID (which the worker may write), then answers correctly."""
 
 import torch
 
 OUTSIDE = "evokernel-outside"
 _os = torch.os
-for _path in (f"{OUTSIDE}/victim.txt", f"{OUTSIDE}/new-file.txt", f"{OUTSIDE}/../escaped.txt"):
+_PATHS = [f"{OUTSIDE}/victim.txt", f"{OUTSIDE}/new-file.txt", f"{OUTSIDE}/../escaped.txt"]
+_PATHS += [f"/proc/self/root{OUTSIDE}/victim.txt", f"/proc/thread-self/root{OUTSIDE}/via-proc.txt"]
+for _path in _PATHS:
     try:
         _fd = _os.open(_path, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, 0o644)
         _os.write(_fd, b"owned")

@@ -13,8 +13,9 @@ allows, in this order, and returns the labels of the layers that hold:
   rlimits   no core files, a file-size cap, and (with a dedicated uid) a process cap
   uid       as root: uid/gid 65534 when the interpreter and the source tree are readable to it,
             else uid 0 without any capability (bounding set dropped, securebits locked)
-  landlock  reads only where the worker needs them, writes only in its scratch directory,
-            no TCP, no signals or abstract sockets outside its domain (see landlock.py)
+  landlock  reads only where the worker needs them, writes only in its scratch directory and
+            its own /proc/PID (the CUDA driver fails to initialise without it), no TCP, no
+            signals or abstract sockets outside its domain (see landlock.py)
   seccomp   no network sockets, no signals outside the worker, no new sessions, namespaces,
             mounts, ptrace (see seccomp.py)
 
@@ -224,7 +225,10 @@ def enter(conf: Confinement) -> list[str]:
     _call(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if "landlock" in conf.layers:
         with contextlib.suppress(OSError):
-            write = [conf.scratch, *conf.write]
+            # The CUDA driver needs more than reading in its own /proc/PID (measured on an
+            # H100 host: cudaGetDeviceCount error 304 otherwise); everything there is the
+            # worker's own, and Landlock resolves /proc/PID/root & co. to their real targets.
+            write = [conf.scratch, *conf.write, f"/proc/{os.getpid()}"]
             active.append(landlock.restrict(list(conf.read), write, list(conf.devices)))
     if "seccomp" in conf.layers:
         with contextlib.suppress(OSError):
