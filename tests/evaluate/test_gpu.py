@@ -64,9 +64,9 @@ def test_honest_after_illegal_address(tmp_path: Path) -> None:
     assert descendants() == []
 
 
-def test_honest_faster_candidate_passes_with_figures() -> None:
-    # The decode_linear seed beats cuBLAS on the narrow o projection (2048 -> 1024, M=1):
-    # 1.32x [1.32, 1.33] on an H200, where cuBLAS reads at 0.33 TB/s (performance.md).
+def test_honest_candidate_passes_with_figures() -> None:
+    # Figures only: whether the seed beats cuBLAS depends on the GPU (it did on the narrow o
+    # projection on an H200, 1.32x; it did not on an H100, 0.71x), so speed is the benchmarks'.
     linear = get_task("decode_linear")
     result = evaluate(linear.name, linear.seed_candidate, "cuda", EvalOptions(seed=22))
     assert result.correct, result.reasons
@@ -78,8 +78,7 @@ def test_honest_faster_candidate_passes_with_figures() -> None:
         assert s.speedup_ci[0] <= s.speedup <= s.speedup_ci[1]
         assert 0 < s.pct_roofline <= 105, s
         assert "beyond-roofline" not in s.flags
-    o_proj = result.scenario("o_m1")
-    assert o_proj is not None and o_proj.win, [(s.name, s.speedup_ci) for s in result.scenarios]
+        assert s.win == (s.speedup_ci[0] > 1.0 and not s.flags)
     assert "kernels" in result.artifacts and "_linear_tile" in result.artifacts["kernels"]
     assert result.wall_s < 60
 

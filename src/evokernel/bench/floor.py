@@ -50,7 +50,7 @@ def floor_ms(weights: int, kv_per_token: int, position: int, copy_gbps: float) -
 def copy_bandwidth_gbps(device: str) -> float:
     """Read + write GB/s of a large copy on `device` (1 GiB on CUDA, 256 MiB on the CPU)."""
     if device == "cuda":
-        from evokernel.evaluate.wtiming import copy_bandwidth_gbps as cuda_copy_gbps
+        from evokernel.evaluate.worker.timing import copy_bandwidth_gbps as cuda_copy_gbps
 
         return cuda_copy_gbps()
     nbytes = 256 << 20
