@@ -13,7 +13,6 @@ TIMED = p.Time("s", "torch.float32", [["candidate"]], 0, [0], [1, 2], 2, 3)
 MESSAGES: list[p.Message] = [
     p.Init(mode="eval", task="t", device="cpu", dtype="torch.float32", threads=2),
     p.Load(path="/x/candidate.py", entry="attention"),
-    p.Stage.of("hidden scenario 2", 9, [5, 6], torch.bfloat16),
     p.Check("s", None, 5, "torch.float16", 7, True),
     p.Prepare(timing=TIMED),
     TIMED,
@@ -25,7 +24,6 @@ MESSAGES: list[p.Message] = [
     p.Warmed(device=p.DeviceFacts("cpu", "x86", "2", "3")),
     p.Loading(),
     p.Loaded(reason=None, problems=["patched: x"]),
-    p.Staged(problems=[]),
     p.Checked([p.CallRecord("same", ["q"], None, "torch.Tensor", "cpu", torch.ones(2, 3))], []),
     p.Timed(
         [],

@@ -57,26 +57,18 @@ class _RWLock:
                 self._cond.notify_all()
 
 
-SERIAL_ENV = "EVOKERNEL_GPU_SERIAL"
-
-
 class DeviceSlot:
-    """One device: `kind` ("cuda" | "cpu") and, for CUDA, the CUDA_VISIBLE_DEVICES entry.
-
-    With $EVOKERNEL_GPU_SERIAL=1, a CUDA slot's shared side is exclusive too: one worker's
-    device work at a time (several CUDA contexts on one GPU are time-sliced, and a job that
-    synchronises often waits for every other context's slice)."""
+    """One device: `kind` ("cuda" | "cpu") and, for CUDA, the CUDA_VISIBLE_DEVICES entry."""
 
     def __init__(self, kind: str, visible: str | None) -> None:
         self.kind = kind
         self.visible = visible
         self._lock = _RWLock()
-        self.serial = kind == "cuda" and os.environ.get(SERIAL_ENV, "0") == "1"
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kind}-{visible or 'all'}")
         self._path = os.path.join(tempfile.gettempdir(), f"evokernel-timing-{label}.lock")
 
     def shared(self) -> AbstractContextManager[None]:
-        return self._lock.exclusive() if self.serial else self._lock.shared()
+        return self._lock.shared()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

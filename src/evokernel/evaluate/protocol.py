@@ -101,24 +101,6 @@ class Check(Message):
 
 
 @dataclass(frozen=True)
-class Stage(Message):
-    """Build these inputs on the host now, before the parent takes the device's lock for the
-    request that uses them (a `Check`, `Prepare` or `Profile` of the same scenario, seed and
-    dtype): drawing large inputs on the CPU is the slow part of a job, and a device lock held
-    through it stalls every other evaluation's timing."""
-
-    op: ClassVar[str] = "stage"
-    scenario: str
-    hidden_seed: int | None
-    seeds: list[int]
-    dtype: str
-
-    @classmethod
-    def of(cls, scenario: str, hidden_seed: int | None, seeds: list[int], dtype: Any) -> Stage:
-        return cls(scenario=scenario, hidden_seed=hidden_seed, seeds=list(seeds), dtype=str(dtype))
-
-
-@dataclass(frozen=True)
 class Time(Message):
     """One scenario's timed phase: the whole schedule, chosen by the parent."""
 
@@ -231,12 +213,6 @@ class Checked(Message):
 
 
 @dataclass(frozen=True)
-class Staged(Message):
-    op: ClassVar[str] = "staged"
-    problems: list[str]
-
-
-@dataclass(frozen=True)
 class Prepared(Message):
     op: ClassVar[str] = "prepared"
     problems: list[str]
@@ -324,11 +300,11 @@ class Error(Message):
 
 
 REQUESTS: tuple[type[Message], ...] = (
-    Init, Warm, Load, Stage, Check, Prepare, Time, Profile, Calibrate, Call, Exit,
+    Init, Warm, Load, Check, Prepare, Time, Profile, Calibrate, Call, Exit,
 )  # fmt: skip
 REPLIES: tuple[type[Message], ...] = (
-    Ready, Warmed, Loading, Loaded, Staged, Checked, Prepared, Timed, Profiled, Calibrated, Called,
-    Fatal, Error,
+    Ready, Warmed, Loading, Loaded, Checked, Prepared, Timed, Profiled, Calibrated, Called, Fatal,
+    Error,
 )  # fmt: skip
 M = TypeVar("M", bound=Message)
 

@@ -282,11 +282,8 @@ class CandidateRun:
         hseed = hidden_seed(self.seed)
         for job in check_jobs(self.task, self.device, self.options, self.seed):
             expected = self.helper.submit(self._expected, job)
-            request = job.request(hseed)
-            staging = p.Stage.of(request.scenario, request.hidden_seed, [job.seed], job.dtype)
-            self.reply(worker, staging, p.Staged)
             with self.slot.shared():
-                checked = self.reply(worker, request, p.Checked)
+                checked = self.reply(worker, job.request(hseed), p.Checked)
             lines = self._judge_job(job, checked.records, expected)
             self.add(lines)
             if lines:

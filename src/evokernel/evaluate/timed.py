@@ -112,11 +112,8 @@ class TimingPhase:
         and profile each (shared)."""
         run, worker = self.run_, self.worker
         for plan in plans:
-            request = plan.request()
-            run.reply(worker, p.Stage.of(request.scenario, None, request.base_seeds, plan.dtype),
-                      p.Staged)  # fmt: skip
             with run.slot.shared():
-                run.reply(worker, p.Prepare(timing=request), p.Prepared)
+                run.reply(worker, p.Prepare(timing=plan.request()), p.Prepared)
         done: list[tuple[TimingPlan, p.Timed]] = []
         asked = time.monotonic()
         with run.slot.exclusive():
@@ -159,8 +156,6 @@ class TimingPhase:
             scenario=scenario.name, dtype=str(plan.dtype), seed=plan.profile_seed,
             calls=PROFILE_CALLS,
         )  # fmt: skip
-        run.reply(self.worker, p.Stage.of(scenario.name, None, [plan.profile_seed], plan.dtype),
-                  p.Staged)  # fmt: skip
         with run.slot.shared():
             prof = run.reply(self.worker, request, p.Profiled)
         if prof.reason:

@@ -7,7 +7,6 @@
              sends it under the device's shared lock
   Load       Loading (acknowledged), then import the candidate file (only now does candidate
              code run) and find the entry point -> Loaded
-  Stage      draw the inputs of the next Check / Prepare / Profile on the host -> Staged
   Check      one correctness job (calls.check_job); raw outputs -> Checked
   Prepare    build one scenario's timing inputs before the exclusive phase -> Prepared
   Time       one scenario's timed phase (timing.TimedScenario); raw figures -> Timed
@@ -45,7 +44,6 @@ class Session:
         self.path: str | None = None
         self.hidden: dict[int, dict[str, Any]] = {}
         self.prepared: dict[str, Any] = {}  # scenario -> TimedScenario built ahead (Prepare)
-        self.staged: dict[tuple[str, int | None, int, str], Any] = {}  # host inputs (Stage)
         self.warmed = False
         if self.mode == "call":
             return
@@ -165,27 +163,12 @@ class Session:
                 self.module, self.entry = module, fn
         return p.Loaded(reason=line, problems=problems)
 
-    def host_inputs(self, name: str, hidden_seed: int | None, seed: int, dtype: str) -> Any:
-        """The inputs of (scenario, seed, dtype) on the host: staged ones (taken), else drawn."""
-        staged = self.staged.pop((name, hidden_seed, seed, dtype), None)
-        if staged is not None:
-            return staged
-        scenario = self.scenario(name, hidden_seed)
-        return self.task.make_inputs(scenario, seed, channel.dtype_of(dtype))
-
-    def stage(self, msg: p.Stage) -> p.Staged:
-        self.staged.clear()  # what an earlier Stage left unused (a stopped evaluation)
-        for seed in msg.seeds:
-            key = (msg.scenario, msg.hidden_seed, seed, msg.dtype)
-            self.staged[key] = self.host_inputs(*key)
-        return p.Staged(problems=self.guards.problems())
-
     def check(self, msg: p.Check) -> p.Checked:
         from evokernel.evaluate.worker.calls import check_job, to_device
 
-        host = self.host_inputs(msg.scenario, msg.hidden_seed, msg.seed, msg.dtype)
-        inputs = to_device(host, self.device)
-        del host
+        scenario = self.scenario(msg.scenario, msg.hidden_seed)
+        dtype = channel.dtype_of(msg.dtype)
+        inputs = to_device(self.task.make_inputs(scenario, msg.seed, dtype), self.device)
         perturb = None
         if msg.perturb_seed is not None:
             seed = msg.perturb_seed
@@ -202,10 +185,7 @@ class Session:
         fns = {f"baseline:{k}": v for k, v in self.task.baselines(scenario).items()}
         if self.entry is not None:
             fns["candidate"] = self.entry
-        bases = [self.host_inputs(msg.scenario, None, s, msg.dtype) for s in msg.base_seeds]
-        return TimedScenario(
-            self.task, scenario, dtype, fns, self.caller, msg, self.spin_rate, bases
-        )
+        return TimedScenario(self.task, scenario, dtype, fns, self.caller, msg, self.spin_rate)
 
     def prepare(self, msg: p.Prepare) -> p.Prepared:
         """Build one scenario's timing inputs (CPU generation, copies on the device) before the
@@ -236,7 +216,9 @@ class Session:
         from evokernel.evaluate.worker.calls import to_device
         from evokernel.evaluate.worker.profile import profile_calls
 
-        inputs = to_device(self.host_inputs(msg.scenario, None, msg.seed, msg.dtype), self.device)
+        scenario = self.scenario(msg.scenario, None)
+        dtype = channel.dtype_of(msg.dtype)
+        inputs = to_device(self.task.make_inputs(scenario, msg.seed, dtype), self.device)
         workdir = os.environ.get("TMPDIR", ".")
         events, line = profile_calls(self.caller, self.entry, inputs, msg.calls, workdir)
         return p.Profiled(problems=self.guards.problems(), events=events, reason=line)
@@ -288,7 +270,6 @@ def serve(conn: Connection, sandbox: list[str]) -> None:
         return
     handlers: dict[type[p.Message], Any] = {
         p.Load: session.load,
-        p.Stage: session.stage,
         p.Check: session.check,
         p.Prepare: session.prepare,
         p.Time: session.time,

@@ -115,7 +115,6 @@ class TimedScenario:
         caller: Caller,
         msg: Time,
         spin_rate: float,
-        host_bases: list[Any],
     ) -> None:
         self.task, self.scenario, self.fns, self.caller = task, scenario, fns, caller
         self.cuda = caller.cuda
@@ -124,8 +123,9 @@ class TimedScenario:
         self.perturb_base = msg.perturb_seed
         self.recheck = set(msg.recheck)
         self.spin_rate = spin_rate
-        bases = [to_device(b, caller.device) for b in host_bases]  # msg.base_seeds' inputs
-        del host_bases
+        bases = [
+            to_device(task.make_inputs(scenario, s, dtype), caller.device) for s in msg.base_seeds
+        ]
         self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg.copies)]
         del bases
         if self.cuda:
