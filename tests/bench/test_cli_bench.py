@@ -153,6 +153,33 @@ def test_compare_refuses_files_of_other_hardware(
     )
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d.update(env=None),
+        lambda d: d.update(model=[]),
+        lambda d: d.update(options=None),
+        lambda d: d.update(systems="evokernel"),
+        lambda d: d.update(results=None),
+        lambda d: d["results"].__setitem__(0, None),
+        lambda d: d["results"][0].update(position=[1]),
+        lambda d: d["options"].update(positions=None),
+    ],
+    ids=["env", "model", "options", "systems", "results", "row", "position", "positions"],
+)
+def test_a_damaged_result_file_is_refused_in_one_line(
+    smoke: dict[str, Any], tmp_path: Path, damage: Any
+) -> None:
+    doc = copy.deepcopy(smoke["doc"])
+    damage(doc)
+    assert validate(doc) != []
+    bad = tmp_path / "damaged.json"
+    bad.write_text(json.dumps(doc))
+    code, out, err = _main("bench", "decode", "--compare", str(smoke["path"]), str(bad))
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
 def test_bad_input_is_one_line(tiny_ckpt: Path, tmp_path: Path) -> None:
     junk = tmp_path / "junk.json"
     junk.write_text('{"kind": "something-else"}')

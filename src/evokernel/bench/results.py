@@ -110,6 +110,12 @@ def validate(doc: Any) -> list[str]:
     problems = [f"missing key {k!r}" for k in TOP_KEYS if k not in doc]
     if problems:
         return problems
+    for key, kind in (("env", dict), ("model", dict), ("options", dict), ("systems", list),
+                      ("results", list)):  # fmt: skip
+        if not isinstance(doc[key], kind):
+            problems.append(f"{key} is not a JSON {'object' if kind is dict else 'array'}")
+    if problems:
+        return problems
     for key in ("device", "gpu", "copy_gbps"):
         if key not in doc["env"]:
             problems.append(f"env lacks {key!r}")
@@ -117,14 +123,20 @@ def validate(doc: Any) -> list[str]:
         if not isinstance(doc["model"].get(key), int):
             problems.append(f"model.{key} is not an integer")
     positions = doc["options"].get("positions", [])
-    want = {(s, p) for s in doc["systems"] for p in positions}
+    if not isinstance(positions, list):
+        return [*problems, "options.positions is not a JSON array"]
+    want = {(s, p) for s in doc["systems"] for p in positions if _hashable(s, p)}
     seen = set()
     for i, row in enumerate(doc["results"]):
+        if not isinstance(row, dict):
+            problems.append(f"results[{i}] is not a JSON object")
+            continue
         missing = [f.name for f in fields(Row) if f.name not in row]
         if missing:
             problems.append(f"results[{i}] lacks {missing[0]!r}")
             continue
-        seen.add((row["system"], row["position"]))
+        if _hashable(row["system"], row["position"]):
+            seen.add((row["system"], row["position"]))
         for key in FIGURES:
             value = row[key]
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
@@ -138,3 +150,7 @@ def validate(doc: Any) -> list[str]:
     for system, position in sorted(want - seen):
         problems.append(f"no row for {system} at position {position}")
     return problems
+
+
+def _hashable(*values: Any) -> bool:
+    return all(isinstance(v, (str, int, float, bool)) or v is None for v in values)
