@@ -78,7 +78,11 @@ def test_honest_candidate_passes_with_figures() -> None:
         assert s.speedup_ci[0] <= s.speedup <= s.speedup_ci[1]
         assert 0 < s.pct_roofline <= 105, s
         assert "beyond-roofline" not in s.flags
-        assert s.win == (s.speedup_ci[0] > 1.0 and not s.flags)
+        # The speedup is against the fastest baseline, and the paired-ratio median agrees with
+        # the ratio of the medians (a mixed-up pairing or baseline would break either).
+        fastest = min(s.baselines.values(), key=lambda b: b.median_us)
+        assert s.baselines[s.baseline].median_us == fastest.median_us, s
+        assert 0.75 < s.speedup / (fastest.median_us / s.candidate.median_us) < 1.33, s
     assert "kernels" in result.artifacts and "_linear_tile" in result.artifacts["kernels"]
     assert result.wall_s < 60
 

@@ -123,9 +123,11 @@ def validate(doc: Any) -> list[str]:
         if not isinstance(doc["model"].get(key), int):
             problems.append(f"model.{key} is not an integer")
     positions = doc["options"].get("positions", [])
-    if not isinstance(positions, list):
-        return [*problems, "options.positions is not a JSON array"]
-    want = {(s, p) for s in doc["systems"] for p in positions if _hashable(s, p)}
+    if not isinstance(positions, list) or not all(isinstance(p, int) for p in positions):
+        return [*problems, "options.positions is not an array of integers"]
+    if not all(isinstance(s, str) for s in doc["systems"]):
+        return [*problems, "systems is not an array of names"]
+    want = {(s, p) for s in doc["systems"] for p in positions}
     seen = set()
     for i, row in enumerate(doc["results"]):
         if not isinstance(row, dict):
@@ -135,8 +137,10 @@ def validate(doc: Any) -> list[str]:
         if missing:
             problems.append(f"results[{i}] lacks {missing[0]!r}")
             continue
-        if _hashable(row["system"], row["position"]):
-            seen.add((row["system"], row["position"]))
+        if not isinstance(row["system"], str) or not isinstance(row["position"], int):
+            problems.append(f"results[{i}] names no system and position")
+            continue
+        seen.add((row["system"], row["position"]))
         for key in FIGURES:
             value = row[key]
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
@@ -150,7 +154,3 @@ def validate(doc: Any) -> list[str]:
     for system, position in sorted(want - seen):
         problems.append(f"no row for {system} at position {position}")
     return problems
-
-
-def _hashable(*values: Any) -> bool:
-    return all(isinstance(v, (str, int, float, bool)) or v is None for v in values)
