@@ -142,3 +142,46 @@ def test_linear_baseline_on_the_gpu():
         cpu = task.make_inputs(s, 0, torch.bfloat16)
         out = task.baselines(s)["F.linear"](**_cuda(cpu)).cpu()
         assert passes(out, task.reference(cpu), task.tolerance(torch.bfloat16)), s.name
+
+
+_BUILD_ON_GPU = """
+import sys, hashlib, torch
+from evokernel.tasks import get_task
+task = get_task(sys.argv[1])
+s = task.scenarios("cuda")[-1]
+inputs = task.make_inputs(s, 7, torch.bfloat16, "cuda")
+task.perturb(inputs, 3)
+h = hashlib.sha256()
+for k, v in sorted(inputs.items()):
+    if isinstance(v, torch.Tensor):
+        h.update(v.cpu().view(torch.uint8).numpy().tobytes() if v.dtype != torch.int32
+                 else v.cpu().numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_inputs_built_on_the_gpu_are_identical_across_processes(name):
+    """The evaluator's parent and worker build a job's inputs on one GPU independently: two
+    processes must get the same bits (the reference is computed from the parent's)."""
+    import subprocess
+    import sys
+
+    runs = [
+        subprocess.run([sys.executable, "-c", _BUILD_ON_GPU, name], capture_output=True,
+                       text=True, check=True).stdout.strip()
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0] == runs[1] and len(runs[0]) == 64
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_reference_on_the_gpu_matches_the_cpu(name):
+    task = get_task(name)
+    for s in task.scenarios("cuda")[:3] + task.hidden_scenarios("cuda", 2)[:3]:
+        inputs = task.make_inputs(s, 4, torch.bfloat16, "cuda")
+        on_gpu = task.reference(inputs)
+        on_cpu = task.reference({k: v.cpu() if isinstance(v, torch.Tensor) else v
+                                 for k, v in inputs.items()})  # fmt: skip
+        assert on_gpu.device.type == "cpu" and on_gpu.dtype == torch.float64
+        torch.testing.assert_close(on_gpu, on_cpu, rtol=1e-9, atol=1e-9)

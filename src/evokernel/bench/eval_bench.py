@@ -16,6 +16,9 @@ Reported, per task and in total:
   phases_s           mean seconds per evaluation of each phase of the evaluator's `phases`
                      artifact: startup (waiting for a ready worker), load, correctness, timing
                      (of which timing_wait: waiting for the device, timing_held: holding it)
+                     and counters inside them: shared_wait / shared_held (the device's shared
+                     lock: correctness jobs, timing inputs, profiler passes) and
+                     reference_wait (waiting for the parent's float64 references)
   gpu_held_s         mean seconds per evaluation holding a GPU exclusively (timed rounds)
   false_rejections   programs rejected (every program is honest: each rejection is the
                      evaluator's error, or a declared knob value that does not work), listed
@@ -41,7 +44,17 @@ from evokernel.evaluate.result import EvalResult
 from evokernel.tasks import blocks, get_task
 
 TASKS = ("decode_linear", "gqa_decode_attention")
-PHASES = ("startup", "load", "correctness", "timing", "timing_wait", "timing_held")
+PHASES = (
+    "startup",
+    "load",
+    "correctness",
+    "timing",
+    "timing_wait",
+    "timing_held",
+    "shared_wait",
+    "shared_held",
+    "reference_wait",
+)
 KIND = "evokernel-bench-eval"
 
 
@@ -200,8 +213,8 @@ def format_table(doc: dict[str, Any]) -> str:
         f"{doc['options']['reps']} timed rounds, profile {doc['options']['profile']}, "
         f"cascade {doc['options']['cascade'] or 'off'}",
         f"{'task':<22}{'evals':>6}{'left':>5}{'evals/min':>10}{'eval s':>8}{'startup':>8}"
-        f"{'load':>6}{'check':>7}{'timing':>7}{'wait':>6}{'held':>6}{'false rej':>10}"
-        f"{'screened':>9}",
+        f"{'load':>6}{'check':>7}{'timing':>7}{'wait':>6}{'held':>6}{'swait':>6}{'sheld':>6}"
+        f"{'refwait':>8}{'false rej':>10}{'screened':>9}",
     ]
     rows = [*doc["tasks"].items(), ("total", doc["total"])]
     for name, t in rows:
@@ -210,7 +223,9 @@ def format_table(doc: dict[str, Any]) -> str:
             f"{name:<22}{t['evaluations']:>6}{t['not_started']:>5}{t['evals_per_min']:>10.1f}"
             f"{t['eval_wall_s']:>8.1f}{ph['startup']:>8.2f}{ph['load']:>6.2f}"
             f"{ph['correctness']:>7.2f}{ph['timing']:>7.2f}{ph['timing_wait']:>6.2f}"
-            f"{ph['timing_held']:>6.2f}{t['false_rejections']:>10}{t['screened']:>9}"
+            f"{ph['timing_held']:>6.2f}{ph.get('shared_wait', 0.0):>6.2f}"
+            f"{ph.get('shared_held', 0.0):>6.2f}{ph.get('reference_wait', 0.0):>8.2f}"
+            f"{t['false_rejections']:>10}{t['screened']:>9}"
         )
     for r in doc["total"]["rejected"]:
         lines.append(

@@ -70,6 +70,13 @@ class DeviceSlot:
     def shared(self) -> AbstractContextManager[None]:
         return self._lock.shared()
 
+    def torch_device(self) -> str:
+        """This device as this process names it in torch ("cpu", "cuda:I")."""
+        if self.kind != "cuda":
+            return "cpu"
+        gpus = visible_gpus()
+        return f"cuda:{gpus.index(self.visible) if self.visible in gpus else 0}"
+
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         with self._lock.exclusive():

@@ -4,8 +4,9 @@ Stages (EvalResult.stage is the last one reached):
   load         a worker from the warm pool (its trusted set-up already done) imports the
                candidate
   correctness  every job of plan.check_jobs; the parent builds the same inputs from the same
-               seed, computes the float64 reference in a helper thread while the worker runs
-               the candidate, and judges the raw outputs (compare.py)
+               seed on the same device (on a GPU under the device's shared lock, like any
+               correctness work), computes the float64 reference in a helper thread while the
+               worker runs the candidate, and judges the raw outputs (compare.py)
   timing       only if every check passed (timed.py): per public scenario, or first the
                cascade's screen scenarios (cascade.py)
   screened     the cascade stopped after its screen (the program cannot enter the top)
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,11 +96,29 @@ class CandidateRun:
         self._mark = time.monotonic()
         self.given_env: dict[str, str] = {}  # the last worker's environment
         self.cache = compile_cache.shared() if self.cuda else None
+        self.build_device = slot.torch_device()  # where the parent rebuilds inputs
 
     def phase(self, name: str) -> None:
         now = time.monotonic()
         self.phases[name] = round(self.phases.get(name, 0.0) + now - self._mark, 2)
         self._mark = now
+
+    def count(self, name: str, seconds: float) -> None:
+        """Add to a sub-phase counter (seconds inside the stages, not a stage of its own)."""
+        self.phases[name] = round(self.phases.get(name, 0.0) + seconds, 2)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """The device's shared lock, with the seconds spent waiting for it and holding it
+        counted (`shared_wait`, `shared_held`)."""
+        asked = time.monotonic()
+        with self.slot.shared():
+            got = time.monotonic()
+            try:
+                yield
+            finally:
+                self.count("shared_wait", got - asked)
+                self.count("shared_held", time.monotonic() - got)
 
     # --- bookkeeping -------------------------------------------------------------------------
     def add(self, lines: list[str] | str | None) -> None:
@@ -267,14 +287,25 @@ class CandidateRun:
     # --- correctness -------------------------------------------------------------------------
     def _expected(self, job: CheckJob) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
         """(output spec, reference, reference after perturb) for a job, built like the worker's."""
-        inputs = self.task.make_inputs(job.scenario, job.seed, job.dtype)
-        spec = self.task.output_spec(inputs)
-        ref = self.task.reference(inputs)
-        ref_perturbed = None
-        if job.perturb_seed is not None:
-            self.task.perturb(inputs, job.perturb_seed)
-            ref_perturbed = self.task.reference(inputs)
-        return spec, ref, ref_perturbed
+        with self.building():
+            inputs = self.task.make_inputs(job.scenario, job.seed, job.dtype, self.build_device)
+            spec = self.task.output_spec(inputs)
+            ref = self.task.reference(inputs)
+            ref_perturbed = None
+            if job.perturb_seed is not None:
+                self.task.perturb(inputs, job.perturb_seed)
+                ref_perturbed = self.task.reference(inputs)
+            return spec, ref, ref_perturbed
+
+    @contextmanager
+    def building(self) -> Iterator[None]:
+        """Around the parent's own input building and references: on a GPU they are device
+        work, so not while a candidate is timed (the shared lock)."""
+        if not self.cuda:
+            yield
+            return
+        with self.slot.shared(), torch.cuda.device(self.build_device):
+            yield
 
     def _correctness(self, worker: WorkerProcess) -> None:
         self.result.stage = "correctness"
@@ -282,7 +313,7 @@ class CandidateRun:
         hseed = hidden_seed(self.seed)
         for job in check_jobs(self.task, self.device, self.options, self.seed):
             expected = self.helper.submit(self._expected, job)
-            with self.slot.shared():
+            with self.shared():
                 checked = self.reply(worker, job.request(hseed), p.Checked)
             lines = self._judge_job(job, checked.records, expected)
             self.add(lines)
@@ -292,7 +323,9 @@ class CandidateRun:
                     break
 
     def _judge_job(self, job: CheckJob, records: list[p.CallRecord], expected: Future) -> list[str]:
+        asked = time.monotonic()
         spec, ref, ref_perturbed = expected.result()
+        self.count("reference_wait", time.monotonic() - asked)
         tol = self.task.tolerance(job.dtype)
         lines: list[str] = []
         first: torch.Tensor | None = None

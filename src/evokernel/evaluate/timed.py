@@ -90,8 +90,10 @@ class TimingPhase:
             for plan, timed in self._time(group):
                 raw.append((plan, timed))
                 pending.append((plan, run.helper.submit(self._recheck_refs, plan, timed)))
+        asked = time.monotonic()
         for plan, future in pending:
             self._recheck(plan, future)
+        run.count("reference_wait", time.monotonic() - asked)
         return self._figures(raw)
 
     def _groups(self, plans: list[TimingPlan]) -> list[list[TimingPlan]]:
@@ -112,7 +114,7 @@ class TimingPhase:
         and profile each (shared)."""
         run, worker = self.run_, self.worker
         for plan in plans:
-            with run.slot.shared():
+            with run.shared():
                 run.reply(worker, p.Prepare(timing=plan.request()), p.Prepared)
         done: list[tuple[TimingPlan, p.Timed]] = []
         asked = time.monotonic()
@@ -124,9 +126,8 @@ class TimingPhase:
                     self._accept(plan, timed)
                     done.append((plan, timed))
             finally:
-                held = time.monotonic() - got
-                run.phases["timing_wait"] = round(run.phases.get("timing_wait", 0) + got - asked, 2)
-                run.phases["timing_held"] = round(run.phases.get("timing_held", 0) + held, 2)
+                run.count("timing_wait", got - asked)
+                run.count("timing_held", time.monotonic() - got)
         for plan, timed in done:
             if run.cuda:
                 run.add(timer_problems(timed.series, plan.scenario.name))
@@ -156,7 +157,7 @@ class TimingPhase:
             scenario=scenario.name, dtype=str(plan.dtype), seed=plan.profile_seed,
             calls=PROFILE_CALLS,
         )  # fmt: skip
-        with run.slot.shared():
+        with run.shared():
             prof = run.reply(self.worker, request, p.Profiled)
         if prof.reason:
             run.add(prof.reason)
@@ -169,17 +170,22 @@ class TimingPhase:
             run.result.artifacts["profiler"] = "the profiler recorded no GPU activity"
 
     def _recheck_refs(self, plan: TimingPlan, timed: p.Timed) -> list[tuple[p.Recheck, Any, Any]]:
-        task = self.run_.task
-        bases = [task.make_inputs(plan.scenario, s, plan.dtype) for s in plan.base_seeds]
-        found = []
-        for item in timed.rechecks:
-            inputs = {
-                k: (v.clone() if isinstance(v, torch.Tensor) else v)
-                for k, v in bases[plan.base_of(item.counter)].items()
-            }
-            task.perturb(inputs, derive_seed(plan.perturb_seed, item.counter))
-            found.append((item, task.reference(inputs), task.output_spec(inputs)))
-        return found
+        run = self.run_
+        task = run.task
+        with run.building():
+            bases = [
+                task.make_inputs(plan.scenario, s, plan.dtype, run.build_device)
+                for s in plan.base_seeds
+            ]
+            found = []
+            for item in timed.rechecks:
+                inputs = {
+                    k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                    for k, v in bases[plan.base_of(item.counter)].items()
+                }
+                task.perturb(inputs, derive_seed(plan.perturb_seed, item.counter))
+                found.append((item, task.reference(inputs), task.output_spec(inputs)))
+            return found
 
     def _recheck(self, plan: TimingPlan, future: Future) -> None:
         run = self.run_

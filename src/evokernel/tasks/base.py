@@ -1,20 +1,22 @@
 """The kernel-task contract: what the evaluator needs to know about a problem.
 
 A task is data plus a little code: an interface (the function a candidate file must define),
-a pure-PyTorch reference in float64 on the CPU, a seeded input generator with public
-(timed) and hidden (correctness-only) scenarios, tolerances per dtype, stock baselines, and a
-byte/FLOP count for the roofline.
+a pure-PyTorch reference in float64 (on the inputs' device, returned on the CPU), a seeded
+input generator with public (timed) and hidden (correctness-only) scenarios, tolerances per
+dtype, stock baselines, and a byte/FLOP count for the roofline.
 
 Who calls what, and where:
   * the evaluator's parent process: `scenarios`, `hidden_scenarios`, `make_inputs` (on the CPU),
     `perturb`, `reference`, `tolerance`, `bytes_moved`, `flops`. The reference never runs in the
     candidate's process.
-  * the candidate's worker process: `make_inputs` (then moves tensors to the device),
-    `perturb`, `output_spec`, `baselines`. Never `reference`.
+  * the candidate's worker process: `make_inputs` (on its device), `perturb`, `output_spec`,
+    `baselines`. Never `reference`.
 
-Determinism: `make_inputs(scenario, seed, dtype)` and `perturb(inputs, seed)` are pure functions
-of their arguments (CPU `torch.Generator`), so the parent and the worker build bit-identical
-inputs from the same seed, on any device.
+Determinism: `make_inputs(scenario, seed, dtype, device)` and `perturb(inputs, seed)` are pure
+functions of their arguments (a `torch.Generator` on the inputs' device, tasks/rng.py), so the
+parent and the worker build bit-identical inputs from the same seed: on the CPU anywhere, on a
+GPU when both build them on the same GPU (the evaluator's parent uses its worker's GPU). The
+reference runs on the inputs' device in float64 and returns a CPU tensor.
 """
 
 from __future__ import annotations
@@ -102,8 +104,11 @@ class Task(ABC):
 
     # --- inputs ----------------------------------------------------------------------------
     @abstractmethod
-    def make_inputs(self, scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
-        """Fresh CPU inputs for one call. Memory the candidate must not read holds junk."""
+    def make_inputs(
+        self, scenario: Scenario, seed: int, dtype: torch.dtype, device: str = "cpu"
+    ) -> Inputs:
+        """Fresh inputs for one call, built on `device`. Memory the candidate must not read
+        holds junk."""
 
     @abstractmethod
     def perturb(self, inputs: Inputs, seed: int) -> None:
@@ -117,7 +122,8 @@ class Task(ABC):
     # --- judging ---------------------------------------------------------------------------
     @abstractmethod
     def reference(self, inputs: Inputs) -> torch.Tensor:
-        """The exact answer in float64 on the CPU (TF32 off)."""
+        """The exact answer in float64 (TF32 off), computed on the inputs' device and
+        returned on the CPU."""
 
     @abstractmethod
     def tolerance(self, dtype: torch.dtype) -> Tolerance: ...

@@ -244,7 +244,7 @@ class WorkerProcess:
                 env=self.env,
             )
         child_sock.close()
-        self.tracker = Tracker(self.proc.pid)
+        self.tracker = Tracker(self.proc.pid, self.cgroup.pids if self.cgroup else None)
         self.core = {self.proc.pid}
         self._monitor = threading.Thread(target=self._watch, name="evokernel-monitor", daemon=True)
         self._monitor.start()

@@ -6,6 +6,11 @@ child subreaper, so an orphaned grandchild is re-parented to the worker instead 
 `Tracker` remembers every process it has ever seen in the worker's session or below it (by pid
 and start time, so a recycled pid is never mistaken for one of ours), which also covers a
 grandchild that calls setsid() to leave the session. `kill_all` signals them all.
+
+Where the worker has a cgroup (cgroup.py), its members are read from the cgroup's
+`cgroup.procs` once the worker is seen there (it joins as its first act, before it can start
+anything, and nothing it starts can leave): a few /proc reads per look instead of a scan of
+every process on the machine, which the parent does many times a second per worker.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -70,20 +76,25 @@ def alive(pid: int, start: int) -> bool:
 class Tracker:
     """Every process of one worker: its session, its descendants, and any seen before."""
 
-    def __init__(self, root: int) -> None:
+    def __init__(self, root: int, cgroup_pids: Callable[[], list[int]] | None = None) -> None:
         self.root = root
         self.known: dict[int, int] = {}  # pid -> start time
         self._lock = threading.Lock()
+        self._cgroup_pids = cgroup_pids
+        self._joined = False  # the root was seen in its cgroup: read members from there
+        self._in_cgroup: set[int] = set()  # the cgroup's processes at the last look
 
     def members(self) -> list[ProcStat]:
         with self._lock:
             return self._members()
 
     def _members(self) -> list[ProcStat]:
-        table = snapshot()
+        ours = self._from_cgroup()
+        table = snapshot() if ours is None else ours
         found: dict[int, ProcStat] = {}
         for st in table.values():
-            if st.session == self.root or st.pgrp == self.root or st.pid == self.root:
+            mine = st.session == self.root or st.pgrp == self.root or st.pid == self.root
+            if mine or st.pid in self._in_cgroup:
                 found[st.pid] = st
         children: dict[int, list[int]] = {}
         for st in table.values():
@@ -102,6 +113,24 @@ class Tracker:
             if st.state != "Z":
                 self.known[st.pid] = st.start
         return [st for st in found.values() if st.state != "Z"]
+
+    def _from_cgroup(self) -> dict[int, ProcStat] | None:
+        """The stats of the cgroup's processes, the root and every process seen before; None
+        while the root has not joined its cgroup (or there is none): scan all of /proc."""
+        if self._cgroup_pids is None:
+            return None
+        pids = self._cgroup_pids()
+        if not self._joined:
+            if self.root not in pids:
+                return None
+            self._joined = True
+        self._in_cgroup = set(pids)
+        table = {}
+        for pid in {self.root, *pids, *self.known}:
+            st = read_stat(pid)
+            if st is not None:
+                table[pid] = st
+        return table
 
     def rss_bytes(self) -> int:
         return sum(st.rss_bytes for st in self.members())

@@ -54,10 +54,6 @@ def tensors_of(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in inputs.items() if _is_tensor(v)}
 
 
-def to_device(inputs: dict[str, Any], device: str) -> dict[str, Any]:
-    return {k: (v.to(device) if _is_tensor(v) else v) for k, v in inputs.items()}
-
-
 def clone_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.clone() if _is_tensor(v) else v) for k, v in inputs.items()}
 

@@ -164,11 +164,11 @@ class Session:
         return p.Loaded(reason=line, problems=problems)
 
     def check(self, msg: p.Check) -> p.Checked:
-        from evokernel.evaluate.worker.calls import check_job, to_device
+        from evokernel.evaluate.worker.calls import check_job
 
         scenario = self.scenario(msg.scenario, msg.hidden_seed)
         dtype = channel.dtype_of(msg.dtype)
-        inputs = to_device(self.task.make_inputs(scenario, msg.seed, dtype), self.device)
+        inputs = self.task.make_inputs(scenario, msg.seed, dtype, self.device)
         perturb = None
         if msg.perturb_seed is not None:
             seed = msg.perturb_seed
@@ -213,12 +213,11 @@ class Session:
         )
 
     def profile(self, msg: p.Profile) -> p.Profiled:
-        from evokernel.evaluate.worker.calls import to_device
         from evokernel.evaluate.worker.profile import profile_calls
 
         scenario = self.scenario(msg.scenario, None)
         dtype = channel.dtype_of(msg.dtype)
-        inputs = to_device(self.task.make_inputs(scenario, msg.seed, dtype), self.device)
+        inputs = self.task.make_inputs(scenario, msg.seed, dtype, self.device)
         workdir = os.environ.get("TMPDIR", ".")
         events, line = profile_calls(self.caller, self.entry, inputs, msg.calls, workdir)
         return p.Profiled(problems=self.guards.problems(), events=events, reason=line)

@@ -38,7 +38,7 @@ import torch
 
 from evokernel.evaluate.protocol import Recheck, Series, Time
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs, to_device
+from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs
 from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
@@ -123,9 +123,7 @@ class TimedScenario:
         self.perturb_base = msg.perturb_seed
         self.recheck = set(msg.recheck)
         self.spin_rate = spin_rate
-        bases = [
-            to_device(task.make_inputs(scenario, s, dtype), caller.device) for s in msg.base_seeds
-        ]
+        bases = [task.make_inputs(scenario, s, dtype, caller.device) for s in msg.base_seeds]
         self.copies = [clone_inputs(bases[i % len(bases)]) for i in range(msg.copies)]
         del bases
         if self.cuda:

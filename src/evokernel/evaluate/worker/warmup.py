@@ -28,8 +28,7 @@ def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
         raise RuntimeError("the warm-up Triton kernel computed a wrong result")
     torch.randn(1 << 22).sum()  # large enough to start torch's intra-op thread pool
     scenario = task.scenarios(device)[0]
-    inputs = task.make_inputs(scenario, 0, dtype)
-    inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    inputs = task.make_inputs(scenario, 0, dtype, device)  # also warms the device's generator
     for fn in task.baselines(scenario).values():
         fn(**inputs)
     if device == "cuda":

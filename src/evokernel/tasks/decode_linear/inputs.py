@@ -5,7 +5,7 @@ initialised layer, so y ~ O(1):
   normal    x ~ N(0, 1), W ~ N(0, 1/K).
   outlier   as normal, with ~1% of x's channels scaled by 30 (the activation outliers of LLMs).
   uniform   x ~ U(-1, 2) (a mean offset), W ~ U(-a, a) with a = sqrt(3/K).
-Drawn in float32 from a CPU generator and cast: bit-identical in any process.
+Drawn in float32 from a generator on the target device and cast (tasks/rng.py).
 """
 
 from __future__ import annotations
@@ -27,15 +27,17 @@ def _activations(shape: tuple[int, int], dist: str, g: torch.Generator) -> torch
         return uniform(shape, g, -1.0, 2.0)
     x = randn(shape, g)
     if dist == "outlier":
-        channels = torch.rand((shape[1],), generator=g) < 0.01
+        channels = torch.rand((shape[1],), generator=g, device=g.device) < 0.01
         x[:, channels] *= 30.0
     return x
 
 
-def make_inputs(scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
+def make_inputs(
+    scenario: Scenario, seed: int, dtype: torch.dtype, device: str | torch.device = "cpu"
+) -> Inputs:
     M, N, K = (scenario.params[k] for k in ("M", "N", "K"))
     dist = distribution(scenario, seed)
-    g = generator(seed, scenario.name, "decode_linear")
+    g = generator(seed, scenario.name, "decode_linear", device=device)
     x = _activations((M, K), dist, g)
     if dist == "uniform":
         a = (3.0 / K) ** 0.5
@@ -49,5 +51,6 @@ def perturb(inputs: Inputs, seed: int) -> None:
     """New activations in place (same storage, any device); the weight stays."""
     x = inputs["x"]
     dist = DISTRIBUTIONS[derive_seed(seed, "perturb", "dist") % len(DISTRIBUTIONS)]
-    fresh = _activations(tuple(x.shape), dist, generator(seed, "decode_linear", "perturb"))
+    g = generator(seed, "decode_linear", "perturb", device=x.device)
+    fresh = _activations(tuple(x.shape), dist, g)
     x.copy_(fresh.to(x.dtype))

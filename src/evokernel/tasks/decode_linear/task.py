@@ -1,6 +1,7 @@
 """The `decode_linear` task: y = x @ W^T at decode, x [M, K] with M = 1..8, W [N, K].
 
-Reference: float64 on the CPU, in row chunks of W (the lm_head would be 1.2 GB in float64).
+Reference: float64 on the inputs' device, in row chunks of W (the lm_head would be 1.2 GB in
+float64), returned on the CPU.
 Baseline: `F.linear` (cuBLAS on the GPU). Roofline: bytes_moved = x + W + y; rotating_bytes =
 W's bytes, which a real decode step reads cold (the evaluator rotates enough weight copies to
 defeat the L2 cache).
@@ -55,14 +56,14 @@ _REF_ROWS = 8192  # weight rows per float64 chunk of the reference (64 MB at K =
 
 
 def reference(inputs: Inputs) -> torch.Tensor:
-    """float64 on the CPU. Returns [M, N]."""
-    x = inputs["x"].detach().to("cpu", torch.float64)
-    weight = inputs["weight"].detach().to("cpu")
+    """float64 on the inputs' device, returned on the CPU. Returns [M, N]."""
+    x = inputs["x"].detach().to(torch.float64)
+    weight = inputs["weight"].detach()
     N = weight.shape[0]
-    out = torch.empty((x.shape[0], N), dtype=torch.float64)
+    out = torch.empty((x.shape[0], N), dtype=torch.float64, device=x.device)
     for n0 in range(0, N, _REF_ROWS):
         out[:, n0 : n0 + _REF_ROWS] = x @ weight[n0 : n0 + _REF_ROWS].to(torch.float64).T
-    return out
+    return out.cpu()
 
 
 def torch_linear(x, weight):
@@ -85,8 +86,10 @@ class DecodeLinear(Task):
     def hidden_scenarios(self, device: str, seed: int) -> list[Scenario]:
         return _scenarios.hidden_scenarios(device, seed)
 
-    def make_inputs(self, scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
-        return _inputs.make_inputs(scenario, seed, dtype)
+    def make_inputs(
+        self, scenario: Scenario, seed: int, dtype: torch.dtype, device: str = "cpu"
+    ) -> Inputs:
+        return _inputs.make_inputs(scenario, seed, dtype, device)
 
     def perturb(self, inputs: Inputs, seed: int) -> None:
         _inputs.perturb(inputs, seed)

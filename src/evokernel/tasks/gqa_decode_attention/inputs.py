@@ -15,8 +15,9 @@ Junk at positions [seq_lens[b], S_max) of the cache:
 Magnitudes stay within float16's range, and finite K junk stays small enough (<= ~300) that
 q @ K^T cannot overflow a float16 product in a stock baseline.
 
-Everything is drawn in float32 from a CPU generator and cast to the requested dtype: the same
-(scenario, seed, dtype) gives bit-identical tensors in any process.
+Everything is drawn in float32 from a generator on the target device and cast to the requested
+dtype: the same (scenario, seed, dtype) gives bit-identical tensors in any process on the CPU,
+and in any process on the same GPU model (tasks/rng.py).
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def _query(shape: tuple[int, ...], dist: str, g: torch.Generator) -> torch.Tenso
     return q * 3.0 if dist == "peaked" else q
 
 
-def make_inputs(scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
+def make_inputs(
+    scenario: Scenario, seed: int, dtype: torch.dtype, device: str | torch.device = "cpu"
+) -> Inputs:
     p = scenario.params
     B, Hkv, S_max, D = p["B"], p["Hkv"], p["S_max"], p["D"]
     seq_lens = tuple(p["seq_lens"])
     assert len(seq_lens) == B and all(1 <= n <= S_max for n in seq_lens)
     dist = distribution(scenario, seed)
-    g = generator(seed, scenario.name, "gqa_decode_attention")
+    g = generator(seed, scenario.name, "gqa_decode_attention", device=device)
     cache = (B, Hkv, S_max, D)
 
     q = _query((B, p["Hq"], D), dist, g)
@@ -84,7 +87,7 @@ def make_inputs(scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
         "q": q.to(dtype),
         "k_cache": k.to(dtype),
         "v_cache": v.to(dtype),
-        "seq_lens": torch.tensor(seq_lens, dtype=torch.int32),
+        "seq_lens": torch.tensor(seq_lens, dtype=torch.int32, device=g.device),
         "scale": float(D) ** -0.5,
     }
 
@@ -94,5 +97,6 @@ def perturb(inputs: Inputs, seed: int) -> None:
     lengths stay, so a result cached across calls goes stale."""
     q = inputs["q"]
     dist = DISTRIBUTIONS[derive_seed(seed, "perturb", "dist") % 2]
-    fresh = _query(tuple(q.shape), dist, generator(seed, "gqa_decode_attention", "perturb"))
+    g = generator(seed, "gqa_decode_attention", "perturb", device=q.device)
+    fresh = _query(tuple(q.shape), dist, g)
     q.copy_(fresh.to(q.dtype))

@@ -1,7 +1,8 @@
 """The `gqa_decode_attention` task: one decode step of grouped-query attention over a static
 KV cache (interface fixed by the product; see `INTERFACE`).
 
-Reference: float64 on the CPU, per sequence on the valid positions only (junk never touched).
+Reference: float64 on the inputs' device (returned on the CPU), per sequence on the valid
+positions only (junk never touched).
 Baselines, called with the candidate's keywords:
   sdpa_masked  F.scaled_dot_product_attention(enable_gqa=True) over the whole cache with a
                boolean length mask: what a user writes for mixed lengths. It propagates NaN
@@ -67,16 +68,17 @@ TOLERANCES = {
 
 
 def reference(inputs: Inputs) -> torch.Tensor:
-    """float64 on the CPU; reads positions [0, seq_lens[b]) only. Returns [B, Hq, D]."""
-    q = inputs["q"].detach().to("cpu", torch.float64)
-    k_cache = inputs["k_cache"].detach().to("cpu")
-    v_cache = inputs["v_cache"].detach().to("cpu")
+    """float64 on the inputs' device, returned on the CPU; reads positions [0, seq_lens[b])
+    only. Returns [B, Hq, D]."""
+    q = inputs["q"].detach().to(torch.float64)
+    k_cache = inputs["k_cache"].detach()
+    v_cache = inputs["v_cache"].detach()
     lens = [int(n) for n in inputs["seq_lens"].tolist()]
     scale = float(inputs["scale"])
     B, Hq, D = q.shape
     Hkv = k_cache.shape[1]
     group = Hq // Hkv
-    out = torch.empty((B, Hq, D), dtype=torch.float64)
+    out = torch.empty((B, Hq, D), dtype=torch.float64, device=q.device)
     for b, n in enumerate(lens):
         k = k_cache[b, :, :n].to(torch.float64)  # [Hkv, n, D]
         v = v_cache[b, :, :n].to(torch.float64)
@@ -84,7 +86,7 @@ def reference(inputs: Inputs) -> torch.Tensor:
         s = torch.einsum("kgd,knd->kgn", qb, k) * scale
         p = torch.softmax(s, dim=-1)
         out[b] = torch.einsum("kgn,knd->kgd", p, v).reshape(Hq, D)
-    return out
+    return out.cpu()
 
 
 def sdpa_masked(q, k_cache, v_cache, seq_lens, scale):
@@ -124,8 +126,10 @@ class GqaDecodeAttention(Task):
     def hidden_scenarios(self, device: str, seed: int) -> list[Scenario]:
         return _scenarios.hidden_scenarios(device, seed)
 
-    def make_inputs(self, scenario: Scenario, seed: int, dtype: torch.dtype) -> Inputs:
-        return _inputs.make_inputs(scenario, seed, dtype)
+    def make_inputs(
+        self, scenario: Scenario, seed: int, dtype: torch.dtype, device: str = "cpu"
+    ) -> Inputs:
+        return _inputs.make_inputs(scenario, seed, dtype, device)
 
     def perturb(self, inputs: Inputs, seed: int) -> None:
         _inputs.perturb(inputs, seed)
