@@ -163,7 +163,7 @@ def _ray_task_pids() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if cmdline.startswith(b"ray::_evaluate_remote"):
+        if cmdline.startswith(b"ray::_Evaluator.evaluate"):
             pids.append(int(entry.name))
     return pids
 

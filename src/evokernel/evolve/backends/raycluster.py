@@ -1,4 +1,5 @@
-"""The `ray` backend: each evaluation a Ray task pinned to one GPU (or one CPU) of a cluster.
+"""The `ray` backend: evaluations run by Ray actors, each pinned to one GPU (or one CPU) of a
+cluster.
 
     pip install 'evokernel[ray]'         # on the driver and on every node of the cluster
     evokernel evolve ... --backend ray [--ray-address ray://HEAD:10001]
@@ -9,16 +10,28 @@ takes Ray's default: the cluster named by `RAY_ADDRESS`, else a new local one st
 machine (its GPUs and CPUs) and shut down when the run ends. Ray is imported only here, and
 only when this backend is chosen.
 
-One evaluation: the driver turns the program into an `EvalJob` (JSON: the source and the
-evaluator settings) and submits a task with `num_gpus=1` on cuda (`num_cpus=1` on cpu). Ray
-starts it on a node with a free GPU and makes that GPU the only one the task sees; the task
-calls `jobs.run_job`, which runs the candidate through `evokernel.evaluate` in its own killable,
-sandboxed process inside the Ray worker, and returns the `EvalResult` JSON. The run's
-database, the mutators and every random choice stay on the driver.
+Workers: at start the backend makes one actor per evaluation it runs at once (`workers`,
+default and at most one per GPU of the cluster on cuda, one per CPU on cpu), each with
+`num_gpus=1` (`num_cpus=1` on cpu): Ray places it on a node with a free GPU and makes that GPU
+the only one it sees, for its whole life. An actor, not a task per evaluation, because the
+evaluator keeps per-GPU state in its process (the warm pool of sandboxed workers, the GPU's
+calibration, a CUDA context for the references): a Ray task worker is reused for tasks on
+other GPUs, and every change of GPU would pay that state again. GPUs that join the cluster
+later are not used by a running search.
 
-Faults: Ray's own task retries are off (`max_retries=0`) so that this module counts them. A
-task whose worker process or node died (or that Ray's memory monitor killed) is submitted
-again, at most `max_retries` times, then given up as an `infrastructure` result. A task that
+One evaluation: the driver turns the program into an `EvalJob` (JSON: the source and the
+evaluator settings) and calls the least busy actor's `evaluate`. The first job of a run (the
+seed's, which the search evaluates alone) is also sent to every other actor as a warm-up whose
+result is dropped: each actor's cold start (imports, its pool of sandboxed workers, its GPU's
+calibration) then overlaps the seed's evaluation instead of the first iterations; the actor calls
+`jobs.run_job`, which runs the candidate through `evokernel.evaluate` in its own killable,
+sandboxed process inside the actor, and returns the `EvalResult` JSON. The run's database, the
+mutators and every random choice stay on the driver.
+
+Faults: Ray's own retries of a call are off (`max_task_retries=0`) so that this module counts
+them; Ray restarts a dead actor (`max_restarts=-1`). A call whose actor process or node died (or
+that Ray's memory monitor killed) is sent again, at most `max_retries` times, then given up as
+an `infrastructure` result. A task that
 failed because the worker cannot run jobs at all (evokernel missing or another version,
 the evaluator file missing, no GPU where one was asked for) raises `BackendError`; so does
 losing the connection to the cluster.
@@ -74,7 +87,7 @@ def probe(address: str | None, timeout_s: float = 10.0) -> None:
 
 
 def _evaluate_remote(job_json: str) -> str:
-    """The Ray task: one job on this worker's (only) visible GPU; the result as JSON."""
+    """One job on this process's (only) visible GPU; the result as JSON."""
     import ray
 
     from evokernel.evolve.jobs import EvalJob, run_job
@@ -89,6 +102,13 @@ def _evaluate_remote(job_json: str) -> str:
             "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or None,
         }
     )
+
+
+class _Evaluator:
+    """The Ray actor: evaluates jobs one at a time on the GPU Ray gave it."""
+
+    def evaluate(self, job_json: str) -> str:
+        return _evaluate_remote(job_json)
 
 
 @dataclass
@@ -126,10 +146,15 @@ class RayBackend:
             raise BackendError("the Ray cluster has no GPU; use --device cpu, or add GPU nodes")
         self.address = address or os.environ.get("RAY_ADDRESS") or "local"
         self.cluster = (gpus, cpus, len([n for n in ray.nodes() if n.get("Alive")]))
-        self.workers = workers or max(1, gpus if device == "cuda" else cpus)
-        per_task = {"num_gpus": 1, "num_cpus": 1} if device == "cuda" else {"num_cpus": 1}
-        self._remote = ray.remote(_evaluate_remote).options(max_retries=0, **per_task)
-        self._pending: dict[Any, _Task] = {}
+        slots = max(1, gpus if device == "cuda" else cpus)
+        self.workers = min(workers, slots) if workers else slots
+        per_actor = {"num_gpus": 1, "num_cpus": 1} if device == "cuda" else {"num_cpus": 1}
+        actor = ray.remote(_Evaluator).options(max_restarts=-1, max_task_retries=0, **per_actor)
+        self._actors = [actor.remote() for _ in range(self.workers)]
+        self._busy = [0] * self.workers  # calls sent to each actor and not yet finished
+        self._warm_ups: list[Any] = []  # refs of the first job's copies (results dropped)
+        self._warmed = self.workers == 1
+        self._pending: dict[Any, tuple[_Task, int]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._monitor = threading.Thread(target=self._loop, name="ray-results", daemon=True)
@@ -147,17 +172,29 @@ class RayBackend:
     ) -> Future[Evaluation]:
         future: Future[Evaluation] = Future()
         future.set_running_or_notify_cancel()
-        self._send(_Task(problem.job(code, promote_above), future))
+        task = _Task(problem.job(code, promote_above), future)
+        self._send(task)
+        with self._lock:
+            if not self._warmed:
+                self._warmed = True
+                busy = {i for _, i in self._pending.values()}
+                job = task.job.to_json()
+                for i, actor in enumerate(self._actors):
+                    if i not in busy:
+                        with contextlib.suppress(Exception):  # only a warm-up
+                            self._warm_ups.append(actor.evaluate.remote(job))
         return future
 
     def _send(self, task: _Task) -> None:
-        try:
-            ref = self._remote.remote(task.job.to_json())
-        except Exception as err:
-            task.future.set_exception(BackendError(f"Ray refused a task: {fault_line(err)}"))
-            return
         with self._lock:
-            self._pending[ref] = task
+            index = min(range(self.workers), key=lambda i: self._busy[i])
+            try:
+                ref = self._actors[index].evaluate.remote(task.job.to_json())
+            except Exception as err:
+                task.future.set_exception(BackendError(f"Ray refused a task: {fault_line(err)}"))
+                return
+            self._busy[index] += 1
+            self._pending[ref] = (task, index)
 
     # --- results, on the monitor thread --------------------------------------------------------
     def _loop(self) -> None:
@@ -175,9 +212,11 @@ class RayBackend:
                 return
             for ref in ready:
                 with self._lock:
-                    task = self._pending.pop(ref, None)
-                if task is not None:
-                    self._finish(ref, task)
+                    found = self._pending.pop(ref, None)
+                    if found is not None:
+                        self._busy[found[1]] -= 1
+                if found is not None:
+                    self._finish(ref, found[0])
 
     def _finish(self, ref: Any, task: _Task) -> None:
         try:
@@ -226,7 +265,7 @@ class RayBackend:
 
     def _fail_all(self, err: BackendError) -> None:
         with self._lock:
-            tasks, self._pending = list(self._pending.values()), {}
+            tasks, self._pending = [t for t, _ in self._pending.values()], {}
         for task in tasks:
             task.future.set_exception(err)
 
@@ -239,9 +278,13 @@ class RayBackend:
         if monitor is not None and monitor is not threading.current_thread():
             monitor.join(timeout=5)  # out of ray.wait before Ray is shut down under it
         pending = getattr(self, "_pending", {})
-        for ref in list(pending):
+        for ref in [*pending, *getattr(self, "_warm_ups", [])]:
             # Already finished, or the cluster is gone: then there is nothing to stop.
             with contextlib.suppress(Exception):
-                self.ray.cancel(ref, force=True)
+                self.ray.cancel(ref)
+        for actor in getattr(self, "_actors", []):
+            # Their GPUs go back to the cluster now, not when this driver exits.
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
         if self._owned and self.ray.is_initialized():
             self.ray.shutdown()
