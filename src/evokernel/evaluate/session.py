@@ -305,7 +305,11 @@ class CandidateRun:
             yield
             return
         with self.slot.shared(), torch.cuda.device(self.build_device):
-            yield
+            try:
+                yield
+            finally:
+                # Up to a GiB of float64 per reference: give it back to the workers' GPU.
+                torch.cuda.empty_cache()
 
     def _correctness(self, worker: WorkerProcess) -> None:
         self.result.stage = "correctness"
