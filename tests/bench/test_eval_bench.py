@@ -38,6 +38,7 @@ def test_a_fixed_set_goes_through_the_evaluator_with_its_defaults(
     doc = json.loads(out.read_text())
     assert doc["kind"] == "evokernel-bench-eval" and doc["workers"] == 2
     assert doc["options"]["reps"] == 2 and doc["options"]["cascade"] is None  # the defaults
+    assert doc["complete"] is True
     task = doc["tasks"]["decode_linear"]
     assert task["knob_space"] == 48 and task["not_started"] == 0
     assert stderr.count("decode_linear #") == 2  # one progress line per evaluation
@@ -55,3 +56,25 @@ def test_every_rejection_is_counted_with_its_program() -> None:
     assert figures["false_rejections"] == 1 and figures["not_started"] == 2
     assert figures["rejected"][0]["knobs"] == {"BLOCK_N": 32}
     assert figures["evals_per_min"] == 2.0 and figures["gpu_held_s"] == 0.5
+
+
+def test_each_evaluation_rewrites_the_figures_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted bench leaves what it measured: the document after every evaluation."""
+    import evokernel.evaluate as evaluate_api
+    from evokernel.bench.eval_bench import EvalBenchOptions, run_eval_bench
+    from evokernel.evaluate.options import EvalOptions
+
+    def fake(task, code, device, options, gpu=0):  # type: ignore[no-untyped-def]
+        return EvalResult(
+            task=task, candidate="x", correct=True, reasons=[], stage="done", device=None,
+            timing_label="", wall_s=1.0, artifacts={"phases": json.dumps({"load": 0.1})},
+        )  # fmt: skip
+
+    monkeypatch.setattr(evaluate_api, "evaluate", fake)
+    seen: list[dict] = []
+    opts = EvalBenchOptions(device="cpu", tasks=("decode_linear",), programs=3, workers=1,
+                            max_minutes=0, options=EvalOptions(), command="test")  # fmt: skip
+    doc = run_eval_bench(opts, checkpoint=seen.append)
+    assert [d["total"]["evaluations"] for d in seen] == [1, 2, 3]
+    assert all(d["complete"] is False for d in seen) and doc["complete"] is True
+    assert seen[0]["tasks"]["decode_linear"]["not_started"] == 2

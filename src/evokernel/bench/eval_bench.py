@@ -26,11 +26,14 @@ Reported, per task and in total:
   screened           programs the cascade stopped after its screen (`promote_above` only)
 
 The document (`kind: evokernel-bench-eval`) is written as JSON; `format_table` renders it.
+`"complete": false` marks a document written while the bench still ran (the CLI rewrites its
+file after every evaluation, so an interrupted bench leaves what it measured).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import threading
 import time
@@ -134,8 +137,13 @@ def summarize(done: list[tuple[Program, EvalResult]], wall_s: float, planned: in
 
 
 def run_eval_bench(
-    opts: EvalBenchOptions, progress: Callable[[str], None] = lambda _line: None
+    opts: EvalBenchOptions,
+    progress: Callable[[str], None] = lambda _line: None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """Run the bench; the document at the end. `checkpoint`, when given, receives the
+    document of what is done so far (`"complete": false`) after every evaluation, so an
+    interrupted bench leaves its figures behind."""
     from evokernel.evaluate import default_workers, evaluate
     from evokernel.evaluate.locks import slot_count
 
@@ -159,6 +167,8 @@ def run_eval_bench(
             with lock:
                 done.append((program, result))
                 n, elapsed = len(done), time.monotonic() - t0
+                if checkpoint is not None:
+                    checkpoint(_document(opts, list(done), planned, elapsed, workers, False))
             verdict = "ok" if result.correct else f"REJECTED {result.reason_codes}"
             progress(
                 f"[{n}] {program.task} #{program.index} {program.knobs}: {verdict}, "
@@ -174,7 +184,17 @@ def run_eval_bench(
         t.start()
     for t in threads:
         t.join()
-    wall_s = time.monotonic() - t0
+    return _document(opts, done, planned, time.monotonic() - t0, workers, True)
+
+
+def _document(
+    opts: EvalBenchOptions,
+    done: list[tuple[Program, EvalResult]],
+    planned: int,
+    wall_s: float,
+    workers: int,
+    complete: bool,
+) -> dict[str, Any]:
     hardware = next((r.device.name for _, r in done if r.device is not None and r.device.name), "")
     per_task = {}
     for task in opts.tasks:
@@ -184,6 +204,7 @@ def run_eval_bench(
         per_task[task] = {"knob_space": size, **summarize(mine, wall_s, picked)}
     return {
         "kind": KIND,
+        "complete": complete,
         "device": opts.device,
         "hardware": hardware,
         "command": opts.command,
@@ -235,5 +256,8 @@ def format_table(doc: dict[str, Any]) -> str:
 
 
 def write(doc: dict[str, Any], path: Path) -> None:
+    """Write `doc` to `path` atomically (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)

@@ -109,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
         options=EvalOptions(cascade=cascade, allow_unsandboxed=args.allow_unsandboxed),
         command=command,
     )
-    doc = run_eval_bench(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    doc = run_eval_bench(
+        opts,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        checkpoint=lambda partial: write(partial, out),  # an interrupt leaves the figures
+    )
     write(doc, out)
     print(format_table(doc))
     print(f"wrote {out}")
