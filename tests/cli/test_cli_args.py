@@ -99,3 +99,17 @@ def test_output_dirs_must_be_creatable(tmp_path: Path) -> None:
     assert _refused(args.output_dir, str(file / "a" / "b"), "--out") == (
         f"--out: {file / 'a' / 'b'} lies under {file}, which is a regular file, not a directory"
     )
+
+
+def test_a_closed_stdout_pipe_ends_quietly() -> None:
+    """`evokernel tasks | head -1` when the reader has gone: exit 141, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "evokernel", "tasks"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader goes away before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

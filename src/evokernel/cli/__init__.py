@@ -7,13 +7,15 @@ Each verb is a module in this package exposing::
         # adds its parser and sets `func=<callable(args) -> int>` as the default
 
 Verb modules are discovered at start, so adding a verb never edits this file. Errors derived
-from `EvokernelError` become one line on stderr and a non-zero exit; nothing else is caught.
+from `EvokernelError` become one line on stderr and a non-zero exit; an interrupt exits 130 and
+a closed stdout pipe 141, quietly; nothing else is caught.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -48,13 +50,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at exit
+        return code
     except EvokernelError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`evokernel tasks | head -1`): stop quietly, as a shell tool
+        # does, and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
