@@ -21,7 +21,9 @@ evaluations committed within `--window` seconds after the seed's (so the seed's 
 evaluation and the final drain are not counted), divided by the window. Before the local arms,
 every GPU evaluates the seed once in this process, so no arm pays another's calibration. The
 Ray arms start their cluster here (`ray.init(num_gpus=N)`); their workers are new processes,
-which calibrate on their first evaluation (inside the window, as a real Ray run would).
+which calibrate on their first evaluation (inside the window, as a real Ray run would; the
+backend sends the seed's job to every other actor as a warm-up, which overlaps part of it).
+`first_commit_s` says when each GPU committed its first counted evaluation.
 
 Prints a table (evaluations/min, speedup of 2 GPUs over 1, evaluations per GPU, median
 evaluation wall time) and writes $OUT/scaleout_bench.json. The goal: 2 GPUs >= 1.8x one GPU.
@@ -95,14 +97,22 @@ def _figures(run_dir: Path, window: float) -> dict[str, Any]:
     seed = next(p for p in rows if p.id == "seed")
     start = seed.committed_at
     counted = [p for p in rows if p.id != "seed" and p.committed_at <= start + window]
-    per_gpu = Counter(
-        f"{p.evaluated_on.get('node') or 'local'}:{p.evaluated_on.get('gpu')}" for p in counted
-    )
+
+    def where(p: Any) -> str:
+        return f"{p.evaluated_on.get('node') or 'local'}:{p.evaluated_on.get('gpu')}"
+
+    per_gpu = Counter(where(p) for p in counted)
+    first: dict[str, float] = {}
+    for p in sorted(counted, key=lambda p: p.committed_at):
+        first.setdefault(where(p), round(p.committed_at - start, 1))
     walls = [p.eval_wall_s for p in counted]
     return {
         "evaluations": len(counted),
         "evals_per_min": round(60.0 * len(counted) / window, 2),
         "per_gpu": dict(sorted(per_gpu.items())),
+        # seconds after the seed's commit when each GPU committed its first evaluation: a
+        # late first commit is that GPU's cold start (new process, pool, calibration)
+        "first_commit_s": dict(sorted(first.items())),
         "median_eval_s": round(statistics.median(walls), 1) if walls else None,
         "valid": sum(1 for p in counted if p.correct),
         "requeued": sum(p.evaluated_on.get("attempts", 1) - 1 for p in counted),
