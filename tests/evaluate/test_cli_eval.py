@@ -74,6 +74,13 @@ def test_a_syntax_error_without_the_static_check_names_the_candidate_line(tmp_pa
     assert "return (q" in data["reasons"][0]
 
 
+def _default_interrupt() -> None:
+    """In the child: SIGINT as a terminal would deliver it. A shell starts background jobs
+    with SIGINT ignored, and Python keeps an ignored SIGINT ignored, so a suite run in the
+    background would otherwise send a signal the CLI never sees."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_leaves_nothing_behind(tmp_path: Path, sig: signal.Signals) -> None:
     private = tmp_path / "tmp"
@@ -83,16 +90,21 @@ def test_an_interrupt_leaves_nothing_behind(tmp_path: Path, sig: signal.Signals)
            "--device", "cpu", "--no-static", "--no-time"]  # fmt: skip
     proc = subprocess.Popen(
         cmd, env={**os.environ, "TMPDIR": str(private)}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=_default_interrupt,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not marked_processes(token):  # the candidate is running (and has its grandchild)
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    assert [p.name for p in private.iterdir() if p.name.startswith("evokernel-eval-")]
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err
-    assert "Traceback" not in err
-    assert [p.name for p in private.iterdir() if p.name.startswith("evokernel-")] == []
-    assert marked_processes(token) == []
+    try:
+        deadline = time.monotonic() + 120
+        while not marked_processes(token):  # the candidate is running (and has its grandchild)
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        assert [p.name for p in private.iterdir() if p.name.startswith("evokernel-eval-")]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err
+        assert "Traceback" not in err
+        assert [p.name for p in private.iterdir() if p.name.startswith("evokernel-")] == []
+        assert marked_processes(token) == []
+    finally:
+        if proc.poll() is None:  # a failed check must not leave the CLI running
+            proc.kill()
+            proc.wait()
