@@ -249,3 +249,35 @@ finally:
     assert "1 node(s)" in done.stdout, done.stderr[-2000:]
     assert "BackendError: a Ray worker cannot evaluate: JobError: the evaluator" in done.stdout
     assert "ev.py on this worker differs from the run's" in done.stdout
+
+
+def test_the_first_job_also_warms_every_other_actor(cluster, toy):
+    """The seed's job goes to the other actor too (its cold start overlaps the seed's
+    evaluation); later jobs are not copied, and the warm-up's result never reaches the run."""
+    address, env = cluster
+    script = f"""
+import json
+from pathlib import Path
+from evokernel.evolve.backends.raycluster import RayBackend
+from evokernel.evolve.config import config_from_dict
+from evokernel.evolve.generic import GenericProblem
+
+toy = Path({str(toy)!r})
+problem = GenericProblem.from_files(toy / "prog.py", toy / "ev.py", "cpu", config_from_dict({{}}))
+code = (toy / "prog.py").read_text()
+backend = RayBackend("cpu", {address!r}, workers=2)
+try:
+    first = backend.submit(problem, code).result(timeout=300)
+    second = backend.submit(problem, code).result(timeout=300)
+    warm = [json.loads(backend.ray.get(ref, timeout=300)) for ref in backend._warm_ups]
+    print(json.dumps({{"warm": len(warm), "warm_ok": [bool(w["result"]) for w in warm],
+                       "first": first.result.correct, "second": second.result.correct}}))
+finally:
+    backend.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"warm": 1, "warm_ok": [True], "first": True, "second": True}

@@ -305,11 +305,7 @@ class CandidateRun:
             yield
             return
         with self.slot.shared(), torch.cuda.device(self.build_device):
-            try:
-                yield
-            finally:
-                # Up to a GiB of float64 per reference: give it back to the workers' GPU.
-                torch.cuda.empty_cache()
+            yield
 
     def _correctness(self, worker: WorkerProcess) -> None:
         self.result.stage = "correctness"

@@ -6,7 +6,8 @@ input generator with public (timed) and hidden (correctness-only) scenarios, tol
 dtype, stock baselines, and a byte/FLOP count for the roofline.
 
 Who calls what, and where:
-  * the evaluator's parent process: `scenarios`, `hidden_scenarios`, `make_inputs` (on the CPU),
+  * the evaluator's parent process: `scenarios`, `hidden_scenarios`, `make_inputs` (on the
+    device the worker uses: the CPU, or the worker's GPU),
     `perturb`, `reference`, `tolerance`, `bytes_moved`, `flops`. The reference never runs in the
     candidate's process.
   * the candidate's worker process: `make_inputs` (on its device), `perturb`, `output_spec`,

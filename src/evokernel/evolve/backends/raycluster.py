@@ -20,13 +20,13 @@ other GPUs, and every change of GPU would pay that state again. GPUs that join t
 later are not used by a running search.
 
 One evaluation: the driver turns the program into an `EvalJob` (JSON: the source and the
-evaluator settings) and calls the least busy actor's `evaluate`. The first job of a run (the
-seed's, which the search evaluates alone) is also sent to every other actor as a warm-up whose
-result is dropped: each actor's cold start (imports, its pool of sandboxed workers, its GPU's
-calibration) then overlaps the seed's evaluation instead of the first iterations; the actor calls
-`jobs.run_job`, which runs the candidate through `evokernel.evaluate` in its own killable,
-sandboxed process inside the actor, and returns the `EvalResult` JSON. The run's database, the
-mutators and every random choice stay on the driver.
+evaluator settings) and calls the least busy actor's `evaluate`, which calls `jobs.run_job`:
+that runs the candidate through `evokernel.evaluate` in its own killable, sandboxed process
+inside the actor and returns the `EvalResult` JSON. The run's database, the mutators and every
+random choice stay on the driver. The first job of a run (the seed's, which the search
+evaluates alone) also goes to every other actor as a warm-up whose result is dropped: each
+actor's cold start (imports, its pool of sandboxed workers, its GPU's calibration) then
+overlaps the seed's evaluation instead of the first iterations.
 
 Faults: Ray's own retries of a call are off (`max_task_retries=0`) so that this module counts
 them; Ray restarts a dead actor (`max_restarts=-1`). A call whose actor process or node died (or
@@ -86,29 +86,25 @@ def probe(address: str | None, timeout_s: float = 10.0) -> None:
         ) from None
 
 
-def _evaluate_remote(job_json: str) -> str:
-    """One job on this process's (only) visible GPU; the result as JSON."""
-    import ray
-
-    from evokernel.evolve.jobs import EvalJob, run_job
-
-    t0 = time.monotonic()
-    result = run_job(EvalJob.from_json(job_json), gpu=0)
-    return json.dumps(
-        {
-            "result": result.to_json(),
-            "wall_s": time.monotonic() - t0,
-            "node": ray.util.get_node_ip_address(),
-            "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or None,
-        }
-    )
-
-
 class _Evaluator:
     """The Ray actor: evaluates jobs one at a time on the GPU Ray gave it."""
 
     def evaluate(self, job_json: str) -> str:
-        return _evaluate_remote(job_json)
+        """One job on this process's (only) visible GPU; the result as JSON."""
+        import ray
+
+        from evokernel.evolve.jobs import EvalJob, run_job
+
+        t0 = time.monotonic()
+        result = run_job(EvalJob.from_json(job_json), gpu=0)
+        return json.dumps(
+            {
+                "result": result.to_json(),
+                "wall_s": time.monotonic() - t0,
+                "node": ray.util.get_node_ip_address(),
+                "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or None,
+            }
+        )
 
 
 @dataclass
@@ -151,10 +147,9 @@ class RayBackend:
         per_actor = {"num_gpus": 1, "num_cpus": 1} if device == "cuda" else {"num_cpus": 1}
         actor = ray.remote(_Evaluator).options(max_restarts=-1, max_task_retries=0, **per_actor)
         self._actors = [actor.remote() for _ in range(self.workers)]
-        self._busy = [0] * self.workers  # calls sent to each actor and not yet finished
         self._warm_ups: list[Any] = []  # refs of the first job's copies (results dropped)
         self._warmed = self.workers == 1
-        self._pending: dict[Any, tuple[_Task, int]] = {}
+        self._pending: dict[Any, tuple[_Task, int]] = {}  # call -> (task, actor index)
         self._lock = threading.Lock()
         self._closed = False
         self._monitor = threading.Thread(target=self._loop, name="ray-results", daemon=True)
@@ -177,24 +172,31 @@ class RayBackend:
         with self._lock:
             if not self._warmed:
                 self._warmed = True
-                busy = {i for _, i in self._pending.values()}
+                busy = self._load()
                 job = task.job.to_json()
                 for i, actor in enumerate(self._actors):
-                    if i not in busy:
+                    if not busy[i]:
                         with contextlib.suppress(Exception):  # only a warm-up
                             self._warm_ups.append(actor.evaluate.remote(job))
         return future
 
     def _send(self, task: _Task) -> None:
         with self._lock:
-            index = min(range(self.workers), key=lambda i: self._busy[i])
+            load = self._load()
+            index = min(range(self.workers), key=lambda i: load[i])
             try:
                 ref = self._actors[index].evaluate.remote(task.job.to_json())
             except Exception as err:
                 task.future.set_exception(BackendError(f"Ray refused a task: {fault_line(err)}"))
                 return
-            self._busy[index] += 1
             self._pending[ref] = (task, index)
+
+    def _load(self) -> list[int]:
+        """Calls sent to each actor and not finished yet (hold the lock)."""
+        load = [0] * self.workers
+        for _, index in self._pending.values():
+            load[index] += 1
+        return load
 
     # --- results, on the monitor thread --------------------------------------------------------
     def _loop(self) -> None:
@@ -213,8 +215,6 @@ class RayBackend:
             for ref in ready:
                 with self._lock:
                     found = self._pending.pop(ref, None)
-                    if found is not None:
-                        self._busy[found[1]] -= 1
                 if found is not None:
                     self._finish(ref, found[0])
 
