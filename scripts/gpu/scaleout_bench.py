@@ -92,6 +92,7 @@ def _figures(run_dir: Path, window: float) -> dict[str, Any]:
     db = Database(run_dir / "programs.sqlite", readonly=True)
     try:
         rows = [p for p in db.programs if p.evaluated_here]
+        results = {p.id: db.result(p.id) for p in rows}
     finally:
         db.close()
     seed = next(p for p in rows if p.id == "seed")
@@ -106,6 +107,14 @@ def _figures(run_dir: Path, window: float) -> dict[str, Any]:
     for p in sorted(counted, key=lambda p: p.committed_at):
         first.setdefault(where(p), round(p.committed_at - start, 1))
     walls = [p.eval_wall_s for p in counted]
+    # Mean phases per GPU (seconds per evaluation): a slow GPU shows where its time went.
+    phases: dict[str, dict[str, list[float]]] = {}
+    for p in counted:
+        result = results.get(p.id)
+        found = json.loads(result.artifacts.get("phases", "{}")) if result else {}
+        into = phases.setdefault(where(p), {})
+        for key, value in {"eval": p.eval_wall_s, **found}.items():
+            into.setdefault(key, []).append(float(value))
     return {
         "evaluations": len(counted),
         "evals_per_min": round(60.0 * len(counted) / window, 2),
@@ -117,6 +126,10 @@ def _figures(run_dir: Path, window: float) -> dict[str, Any]:
         "valid": sum(1 for p in counted if p.correct),
         "requeued": sum(p.evaluated_on.get("attempts", 1) - 1 for p in counted),
         "seed_eval_s": round(seed.eval_wall_s, 1),
+        "phases_per_gpu": {
+            gpu: {k: round(statistics.fmean(v), 2) for k, v in found.items()}
+            for gpu, found in sorted(phases.items())
+        },
     }
 
 

@@ -41,6 +41,9 @@ def test_a_fixed_set_goes_through_the_evaluator_with_its_defaults(
     assert doc["complete"] is True
     task = doc["tasks"]["decode_linear"]
     assert task["knob_space"] == 48 and task["not_started"] == 0
+    each = doc["evaluations"]  # one entry per evaluation, with its phases and timing figures
+    assert [e["task"] for e in each] == ["decode_linear"] * 2 and all(e["correct"] for e in each)
+    assert all(e["phases"]["correctness"] > 0 and "spin_us" in e["timing"] for e in each)
     assert stderr.count("decode_linear #") == 2  # one progress line per evaluation
     assert "false rej" in format_table(doc)
 

@@ -57,6 +57,44 @@ def test_a_worker_is_handed_out_once_and_a_spare_waits_ready() -> None:
     assert pool.waiting() == [] and descendants() == []
 
 
+class _FakeProcess:
+    def set_deadline(self, *_args: object) -> None: ...
+    def clear_deadline(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class _FakeReady:
+    process = _FakeProcess()
+
+    def alive(self) -> bool:
+        return True
+
+
+def test_spares_started_ahead_are_twice_the_leases_running_within_capacity(monkeypatch) -> None:
+    """A start-up is longer than a small evaluation: one spare per running lease falls behind,
+    so the pool keeps two per lease (at most `capacity()`), and none before a second lease."""
+    starts: list[Spec] = []
+
+    def starter(s: Spec) -> _FakeReady:
+        starts.append(s)
+        return _FakeReady()
+
+    monkeypatch.setattr(pool_module, "capacity", lambda: 5)
+    pool = WarmPool(starter)  # type: ignore[arg-type]
+    s = spec()
+    with pool.lease(s):
+        assert len(starts) == 1  # the first lease: its own worker, no spare
+    with pool.lease(s):  # the second: one running, two spares
+        deadline = time.monotonic() + 10
+        while len(starts) < 1 + 1 + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(starts) == 4
+        with pool.lease(s), pool.lease(s), pool.lease(s):  # four running: capacity bounds it
+            time.sleep(0.2)
+            assert len(pool._ready[s]) == 5
+    pool.shutdown()
+
+
 def _options() -> EvalOptions:
     # memory_mb makes this test's pool spec its own; startup_timeout_s bounds the ack wait.
     return EvalOptions(

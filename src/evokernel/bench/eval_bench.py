@@ -15,7 +15,8 @@ Reported, per task and in total:
                      start-ups and calibrations included)
   phases_s           mean seconds per evaluation of each phase of the evaluator's `phases`
                      artifact: startup (waiting for a ready worker), load, correctness, timing
-                     (of which timing_wait: waiting for the device, timing_held: holding it)
+                     (of which timing_wait: waiting for the device, timing_held: holding it,
+                     timing_rounds: the worker's time in the timed rounds within the hold)
                      and counters inside them: shared_wait / shared_held (the device's shared
                      lock: correctness jobs, timing inputs, profiler passes) and
                      reference_wait (waiting for the parent's float64 references)
@@ -24,6 +25,10 @@ Reported, per task and in total:
                      evaluator's error, or a declared knob value that does not work), listed
                      with their knobs and reasons
   screened           programs the cascade stopped after its screen (`promote_above` only)
+
+and, in `evaluations`, one entry per evaluation in the order they finished: task, index,
+knobs, correct, wall_s, its phases and its `timing` artifact (the spin per scenario and the
+input copies), for telling a slow evaluation's cause from the batch's mean.
 
 The document (`kind: evokernel-bench-eval`) is written as JSON; `format_table` renders it.
 `"complete": false` marks a document written while the bench still ran (the CLI rewrites its
@@ -54,6 +59,7 @@ PHASES = (
     "timing",
     "timing_wait",
     "timing_held",
+    "timing_rounds",
     "shared_wait",
     "shared_held",
     "reference_wait",
@@ -223,6 +229,23 @@ def _document(
         },
         "tasks": per_task,
         "total": summarize(done, wall_s, planned),
+        "evaluations": [_entry(p, r) for p, r in done],
+    }
+
+
+def _entry(program: Program, result: EvalResult) -> dict[str, Any]:
+    try:
+        timing = json.loads(result.artifacts.get("timing", "{}"))
+    except ValueError:
+        timing = {}
+    return {
+        "task": program.task,
+        "index": program.index,
+        "knobs": program.knobs,
+        "correct": result.correct,
+        "wall_s": round(result.wall_s, 2),
+        "phases": {k: round(v, 3) for k, v in _phases(result).items()},
+        "timing": timing,
     }
 
 
@@ -234,7 +257,8 @@ def format_table(doc: dict[str, Any]) -> str:
         f"{doc['options']['reps']} timed rounds, profile {doc['options']['profile']}, "
         f"cascade {doc['options']['cascade'] or 'off'}",
         f"{'task':<22}{'evals':>6}{'left':>5}{'evals/min':>10}{'eval s':>8}{'startup':>8}"
-        f"{'load':>6}{'check':>7}{'timing':>7}{'wait':>6}{'held':>6}{'swait':>6}{'sheld':>6}"
+        f"{'load':>6}{'check':>7}{'timing':>7}{'wait':>6}{'held':>6}{'rounds':>7}{'swait':>6}"
+        f"{'sheld':>6}"
         f"{'refwait':>8}{'false rej':>10}{'screened':>9}",
     ]
     rows = [*doc["tasks"].items(), ("total", doc["total"])]
@@ -244,7 +268,8 @@ def format_table(doc: dict[str, Any]) -> str:
             f"{name:<22}{t['evaluations']:>6}{t['not_started']:>5}{t['evals_per_min']:>10.1f}"
             f"{t['eval_wall_s']:>8.1f}{ph['startup']:>8.2f}{ph['load']:>6.2f}"
             f"{ph['correctness']:>7.2f}{ph['timing']:>7.2f}{ph['timing_wait']:>6.2f}"
-            f"{ph['timing_held']:>6.2f}{ph.get('shared_wait', 0.0):>6.2f}"
+            f"{ph['timing_held']:>6.2f}{ph.get('timing_rounds', 0.0):>7.2f}"
+            f"{ph.get('shared_wait', 0.0):>6.2f}"
             f"{ph.get('shared_held', 0.0):>6.2f}{ph.get('reference_wait', 0.0):>8.2f}"
             f"{t['false_rejections']:>10}{t['screened']:>9}"
         )

@@ -74,10 +74,10 @@ class Init(Message):
 
 @dataclass(frozen=True)
 class Warm(Message):
-    """The device part of the trusted set-up: CUDA context, warm-up kernels, the GPU spin rate,
-    the guards' install and snapshot. Its own request so that the parent can hold the device's
-    shared lock for it (locks.py): no worker's start-up runs GPU work while a candidate is
-    timed."""
+    """The device part of the trusted set-up: warm-up kernels, the GPU spin rate, the guards'
+    install and snapshot (the CUDA context and other host-side set-up came with `Init`). Its
+    own request so that the parent can hold the device's shared lock for it (locks.py): no
+    worker's start-up runs GPU work while a candidate is timed."""
 
     op: ClassVar[str] = "warm"
 
@@ -248,6 +248,7 @@ class Timed(Message):
     spin_us: float = 0.0
     reason: str | None = None
     implementation: str | None = None
+    rounds_s: float = 0.0  # the worker's wall seconds in the timed rounds (the rest: overhead)
 
 
 @dataclass(frozen=True)

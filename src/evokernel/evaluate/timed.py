@@ -123,6 +123,7 @@ class TimingPhase:
             try:
                 for plan in plans:
                     timed = run.reply(worker, plan.request(), p.Timed)
+                    run.count("timing_rounds", timed.rounds_s)
                     self._accept(plan, timed)
                     done.append((plan, timed))
             finally:

@@ -6,9 +6,10 @@ off the critical path. Each worker is still fresh and still serves one candidate
 `lease(spec)` hands a ready worker out of the pool for good (the caller closes it; nothing
 ever puts it back), and the pool starts a replacement.
 
-* Start-up is two requests (protocol.Init, then protocol.Warm): the imports run freely; the
-  device part (CUDA context, warm-up kernels, the spin rate) holds the device's shared lock
-  (locks.py), so a worker starting ahead never runs GPU work while a candidate is timed.
+* Start-up is two requests (protocol.Init, then protocol.Warm): the imports and the host-side
+  device set-up (CUDA context, compiles, CUPTI: seconds, no GPU work) run freely; the device
+  part (warm-up kernels, baselines, the spin rate: under a second) holds the device's shared
+  lock (locks.py), so a worker starting ahead never runs GPU work while a candidate is timed.
 * Interchangeable workers share a `Spec` (mode, task, device, dtype, limits, GPU, threads).
 * A worker that died or hung before it was handed out never reaches a candidate: a dead one
   is seen at `lease` and replaced; a hung start-up hits its start-up limit and is replaced
@@ -16,9 +17,10 @@ ever puts it back), and the pool starts a replacement.
   A worker that hangs after it was handed out but before it acknowledges the candidate
   (`protocol.Loading`) is the caller's to detect, with a short limit of its own.
 * How many: none ahead of the first lease of a spec (a one-off `evokernel eval` pays no spare);
-  from the second on, after each hand-out, as many ready as leases are running at once (one
-  for a sequential search, W for W evaluations in flight), at most `capacity()`: half the
-  machine's cores, at most 8 (start-up is CPU work). `api.default_workers` sizes the
+  from the second on, after each hand-out, twice as many ready or starting as leases are
+  running at once (a start-up, ~12 s on an H100 host, is longer than a small evaluation: one
+  spare per lease falls behind), at most `capacity()`: half the machine's cores, at most 8
+  (start-up is CPU work, and a CUDA spare holds a context). `api.default_workers` sizes the
   evaluations in flight the same way.
 * `compile_cache`: after a worker's trusted set-up, and before any candidate code ran in it,
   the Triton binaries it built (launchers, the warm-up kernels) go to the shared cache.
@@ -43,6 +45,7 @@ from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.result import reason
 
 IDLE_S = 300.0
+SPARES_PER_LEASE = 2
 _MAX_TRIES = 4
 
 
@@ -171,13 +174,13 @@ class WarmPool:
         return future
 
     def _replenish(self, spec: Spec) -> None:
-        """Keep as many workers ready (or starting) as leases run at once, within capacity;
-        none before a spec's second lease."""
+        """Keep twice as many workers ready (or starting) as leases run at once, within
+        capacity; none before a spec's second lease."""
         with self._lock:
             if self._closed or self._leases.get(spec, 0) < 2:
                 return
             queue = self._ready.setdefault(spec, deque())
-            want = min(capacity(), self._running.get(spec, 0))
+            want = min(capacity(), SPARES_PER_LEASE * self._running.get(spec, 0))
             while len(queue) < want:
                 queue.append(self._start_async(spec))
 

@@ -1,8 +1,9 @@
 """The worker's request loop. Answers the parent's requests in order; never decides a verdict.
 
-  Init       trusted set-up without the device (mode "eval" | "calibrate": import torch,
-             Triton and the task; mode "call": nothing) -> Ready
-  Warm       the device part (mode "eval" | "calibrate": initialise the device, warm up,
+  Init       trusted set-up that runs nothing on the device (mode "eval" | "calibrate":
+             import torch, Triton and the task; CUDA: the context, compiles and CUPTI's set-up,
+             warmup.prepare_device; mode "call": nothing) -> Ready
+  Warm       the device part (mode "eval" | "calibrate": warm-up kernels and baselines,
              measure the spin rate, install and snapshot the guards) -> Warmed; the parent
              sends it under the device's shared lock
   Load       Loading (acknowledged), then import the candidate file (only now does candidate
@@ -24,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import traceback
 import warnings
 from multiprocessing.connection import Connection
@@ -31,6 +33,8 @@ from typing import Any
 
 from evokernel.evaluate import protocol as p
 from evokernel.evaluate.process import channel
+
+_perf = time.perf_counter  # captured before any candidate code
 
 
 class Session:
@@ -53,13 +57,15 @@ class Session:
         import evokernel.evaluate.worker.calls
         import evokernel.evaluate.worker.guards
         import evokernel.evaluate.worker.timing
-        import evokernel.evaluate.worker.warmup  # noqa: F401
+        import evokernel.evaluate.worker.warmup
         from evokernel.tasks import get_task
 
         warnings.filterwarnings("ignore")
         torch.set_num_threads(init.threads)
         self.task = get_task(init.task)
         self.cuda = self.device == "cuda"
+        if self.cuda:  # the host-side device set-up, which launches nothing: no lock needed
+            evokernel.evaluate.worker.warmup.prepare_device()
         self.dtype = channel.dtype_of(init.dtype)
         self.device_memory_mb = init.device_memory_mb
 
@@ -73,9 +79,6 @@ class Session:
         from evokernel.evaluate.worker.timing import spin_cycles_per_us
         from evokernel.evaluate.worker.warmup import warm_up
 
-        if self.cuda:
-            torch.cuda.init()
-            torch.cuda.set_device(0)
         warm_up(self.task, self.device, self.dtype)
         with poisoned():
             torch.empty(1)
@@ -198,7 +201,9 @@ class Session:
         timed = self.prepared.pop(msg.scenario, None) or self._timed_scenario(msg)
         threads = self.guards.os_threads()  # after building inputs (CPU thread pools start)
         self.caller.limit_device_memory()
+        started = _perf()
         result = timed.run()
+        rounds_s = _perf() - started
         del timed
         problems = self.guards.problems()
         if self.entry is not None:
@@ -210,6 +215,7 @@ class Session:
             spin_us=result.spin_us,
             reason=result.reason,
             implementation=result.implementation,
+            rounds_s=rounds_s,
         )
 
     def profile(self, msg: p.Profile) -> p.Profiled:

@@ -6,9 +6,11 @@ candidate and the baselines), so it knows which inputs every call saw. Each call
   1. takes the next input copy (copies rotate so the bytes between two uses of one copy exceed
      the L2 cache several times) and overwrites its per-call inputs with `task.perturb`
      (contents change, pointers do not);
-  2. CUDA: synchronizes, enqueues a GPU spin long enough to cover the call's host-side launch
-     cost, records event 0, calls, records event 1 on the launching stream. The events thus
-     measure device time with launch overhead hidden, as in CUDA-graph replay;
+  2. CUDA: enqueues a GPU spin long enough to cover the call's host-side launch cost (its own
+     implementation's: twice its median enqueue time in the warm-up rounds), records event 0,
+     calls, records event 1 on the launching stream. The events thus measure device time with launch
+     overhead hidden, as in CUDA-graph replay. The perturbation's kernels run before the spin,
+     outside the events, on a device left idle by step 3 of the call before;
   3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
      whole device and reads it again: the gap ("tail") is work still running on other streams.
 
@@ -20,15 +22,17 @@ moment of interference). Outputs of the candidate calls the parent picked are cl
 the events) for re-checking. On the CPU the same schedule is timed with perf_counter
 (interpreter figures, no speed claim).
 
-Python's cyclic garbage collector is off during the rounds (collected just before, as `timeit`
-does): a collection landing between an event and the host clock reading would otherwise show
-up as time outside the events. Every timer the loop uses was captured at import of this
-module, before any candidate code.
+Python's cyclic garbage collector is off during the rounds: a collection landing between an
+event and the host clock reading would otherwise show up as time outside the events. The full
+collection before them runs when the scenario's inputs are built (`Prepare`, before the
+exclusive hold), not inside the hold: with torch loaded it costs ~0.1 s. Every timer the loop
+uses was captured at import of this module, before any candidate code.
 """
 
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,7 +47,12 @@ from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
 _perf = time.perf_counter
+# torch.cuda.synchronize() and Event.record() without a stream look the device and the current
+# stream up in Python on every call (~10-50 us): the loop uses the bare synchronize of the
+# worker's one device and records on the stream captured when the scenario starts.
 _cuda_sync = torch.cuda.synchronize
+_device_sync = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
+_current_stream = torch.cuda.current_stream
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
@@ -54,6 +63,7 @@ _gc_isenabled = gc.isenabled
 
 _SPIN_MIN_US = 30.0
 _SPIN_MAX_US = 3000.0
+_SPIN_PROBE_US = 1000.0  # while enqueue times are measured (host time: any busy GPU will do)
 _XCHECK_CALLS = 8  # per implementation and batch
 XCHECK_BATCHES = 3
 
@@ -98,7 +108,7 @@ class TimingOutcome:
 
     series: dict[str, Series] = field(default_factory=dict)
     rechecks: list[Recheck] = field(default_factory=list)
-    spin_us: float = 0.0
+    spin_us: float = 0.0  # the longest implementation's spin
     reason: str | None = None
     implementation: str | None = None
 
@@ -128,7 +138,9 @@ class TimedScenario:
         del bases
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
+            self.stream = _current_stream()
         self.counter = 0
+        _gc_collect()  # here (before the exclusive hold when prepared ahead), not in run()
 
     def _prepare(self) -> dict[str, Any]:
         inputs = self.copies[self.counter % len(self.copies)]
@@ -145,11 +157,10 @@ class TimedScenario:
             out, line = self.caller.call(fn, inputs)
             t1 = _perf()
             return out, line, [(t1 - t0) * 1e6, 0.0, 0.0]
-        _cuda_sync()
         if spin_us > 0:
             _sleep(int(spin_us * self.spin_rate))
         t0 = _perf()
-        _record(self.ev0)
+        _record(self.ev0, self.stream)
         with self.caller.guards.active():
             try:
                 out = fn(**inputs)
@@ -157,12 +168,12 @@ class TimedScenario:
                 if isinstance(err, KeyboardInterrupt):
                     raise
                 return None, self._classified(err), []
-        _record(self.ev1)
+        _record(self.ev1, self.stream)
         t1 = _perf()
         try:
             _ev_sync(self.ev1)
             t2 = _perf()
-            _cuda_sync()
+            _device_sync()
             t3 = _perf()
         except BaseException as err:
             return None, self._classified(err), []
@@ -174,14 +185,14 @@ class TimedScenario:
     def _cross_check(self, name: str) -> tuple[float, float] | str:
         """(host_us, event_us) of one call without the spin, or a reason line."""
         inputs = self._prepare()
-        _cuda_sync()
+        _device_sync()
         t0 = _perf()
-        _record(self.ev0)
+        _record(self.ev0, self.stream)
         try:
             with self.caller.guards.active():
                 self.fns[name](**inputs)
-            _record(self.ev1)
-            _cuda_sync()
+            _record(self.ev1, self.stream)
+            _device_sync()
         except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 raise
@@ -202,21 +213,29 @@ class TimedScenario:
                 raw[name]["xbatch"].append(batch)
         return None
 
-    def _spin_us(self) -> float:
-        """Spin long enough to hide the slowest implementation's host-side launch cost."""
+    def _spins(self, enqueued: dict[str, list[float]]) -> dict[str, float]:
+        """Per implementation, a spin long enough to hide its host-side launch cost: twice its
+        median enqueue time plus 20 us, within [_SPIN_MIN_US, _SPIN_MAX_US]. `enqueued` holds
+        the warm-up rounds' enqueue times (the first call of each left out: allocations);
+        without warm-up rounds, three probe calls per implementation measure them."""
         if not self.cuda:
-            return 0.0
-        worst = 0.0
+            return dict.fromkeys(self.fns, 0.0)
+        spins = {}
         for name in self.fns:
-            enq = []
-            for _ in range(3):
-                out, line, figures = self._timed_call(name, _SPIN_MAX_US)
-                if line is not None:
-                    return _SPIN_MAX_US
-                enq.append(figures[2])
-                del out
-            worst = max(worst, sorted(enq)[1])
-        return min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * worst + 20.0))
+            enq = enqueued.get(name, [])[1:] or self._probe(name)
+            spins[name] = min(_SPIN_MAX_US, max(_SPIN_MIN_US, 2.0 * statistics.median(enq) + 20))
+        return spins
+
+    def _probe(self, name: str) -> list[float]:
+        """Enqueue times of three calls ([_SPIN_MAX_US] if one fails: the rounds report it)."""
+        enq = []
+        for _ in range(3):
+            out, line, figures = self._timed_call(name, _SPIN_PROBE_US)
+            if line is not None:
+                return [_SPIN_MAX_US]
+            enq.append(figures[2])
+            del out
+        return enq
 
     def _cross_checks_after(self) -> list[int]:
         """Indices of the rounds after which a cross-check batch runs (one per third)."""
@@ -229,7 +248,6 @@ class TimedScenario:
 
     def run(self) -> TimingOutcome:
         enabled = _gc_isenabled()
-        _gc_collect()
         _gc_disable()
         try:
             return self._run()
@@ -238,7 +256,12 @@ class TimedScenario:
                 _gc_enable()
 
     def _run(self) -> TimingOutcome:
-        spin_us = self._spin_us()
+        # Warm-up rounds run with the probe spin and measure each implementation's enqueue
+        # time, which sizes its spin for the timed rounds.
+        enqueued: dict[str, list[float]] = {name: [] for name in self.fns}
+        spins = dict.fromkeys(self.fns, _SPIN_PROBE_US if self.cuda else 0.0)
+        if self.timed_from == 0:
+            spins = self._spins(enqueued)
         raw: dict[str, dict[str, list[Any]]] = {
             name: {k: [] for k in ("event_us", "tail_us", "enqueue_us", "xhost_us", "xevent_us",
                                    "xbatch")}
@@ -249,13 +272,16 @@ class TimedScenario:
         for index, order in enumerate(self.rounds):
             for name in order:
                 counter = self.counter
-                out, line, figures = self._timed_call(name, spin_us)
+                out, line, figures = self._timed_call(name, spins[name])
                 if line is not None:
                     return TimingOutcome(reason=line, implementation=name)
                 if name == "candidate" and type(out) is not torch.Tensor:
                     line = reason("output-type", f"a timed call returned {type(out).__name__}")
                     return TimingOutcome(reason=line, implementation=name)
                 if index < self.timed_from:
+                    enqueued[name] += figures[2:3]
+                    if index == self.timed_from - 1 and name == order[-1]:
+                        spins = self._spins(enqueued)
                     continue
                 for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
                     raw[name][key].append(value)
@@ -267,4 +293,4 @@ class TimedScenario:
                     if failed is not None:
                         return failed
         series = {name: Series(**figures) for name, figures in raw.items()}
-        return TimingOutcome(series=series, rechecks=rechecks, spin_us=spin_us)
+        return TimingOutcome(series=series, rechecks=rechecks, spin_us=max(spins.values()))

@@ -1,7 +1,15 @@
 """Trusted warm-up of a worker, before any candidate code: compile and launch one Triton kernel,
 call every baseline once and (CUDA) open one short profiler session, so that Triton's driver,
 cuBLAS/SDPA handles, CUPTI and torch's thread pools exist before the guards take their
-snapshot (then any later thread or patch is the candidate's)."""
+snapshot (then any later thread or patch is the candidate's).
+
+Two parts. `prepare_device` (protocol.Init, no device lock) does the host-side work that
+launches nothing on the GPU: the CUDA context, the warm-up kernel's compile and module load, and
+CUPTI's first initialisation (a profiler session over CPU work only), which alone takes ~7 s on
+an H100 host. `warm_up` (protocol.Warm, under the device's shared lock) then launches: the
+warm-up kernel, the baselines, a profiler session over one kernel. So the part of a worker's
+start-up that holds the device, and with it every timed phase waiting for the device, is short.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,18 @@ def _add_one(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+
+def prepare_device() -> None:
+    """CUDA context, the warm-up kernel compiled and loaded, CUPTI initialised; no GPU work."""
+    torch.cuda.init()
+    torch.cuda.set_device(0)
+    x = torch.empty(100, device="cuda", dtype=torch.float32)  # an allocation: no kernel
+    compiled = _add_one.warmup(x, 100, BLOCK=128, grid=(1,))  # compile, no launch
+    compiled._init_handles()  # load the module and build the launcher, still no launch
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities):
+        torch.empty(1)  # CPU work only: CUPTI's set-up without touching the GPU
 
 
 def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
