@@ -44,6 +44,7 @@ def test_a_fixed_set_goes_through_the_evaluator_with_its_defaults(
     each = doc["evaluations"]  # one entry per evaluation, with its phases and timing figures
     assert [e["task"] for e in each] == ["decode_linear"] * 2 and all(e["correct"] for e in each)
     assert all(e["phases"]["correctness"] > 0 and "spin_us" in e["timing"] for e in each)
+    assert all(len(e["median_us"]) == 6 and e["median_us"]["qkv_m1"][0] > 0 for e in each)
     assert stderr.count("decode_linear #") == 2  # one progress line per evaluation
     assert "false rej" in format_table(doc)
 

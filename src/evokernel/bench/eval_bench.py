@@ -27,8 +27,9 @@ Reported, per task and in total:
   screened           programs the cascade stopped after its screen (`promote_above` only)
 
 and, in `evaluations`, one entry per evaluation in the order they finished: task, index,
-knobs, correct, wall_s, its phases and its `timing` artifact (the spin per scenario and the
-input copies), for telling a slow evaluation's cause from the batch's mean.
+knobs, correct, wall_s, its phases, its `timing` artifact (the spin per scenario and the
+input copies) and per scenario the candidate's and the fastest baseline's median device time
+(`median_us`), for telling a slow evaluation's cause from the batch's mean.
 
 The document (`kind: evokernel-bench-eval`) is written as JSON; `format_table` renders it.
 `"complete": false` marks a document written while the bench still ran (the CLI rewrites its
@@ -246,6 +247,14 @@ def _entry(program: Program, result: EvalResult) -> dict[str, Any]:
         "wall_s": round(result.wall_s, 2),
         "phases": {k: round(v, 3) for k, v in _phases(result).items()},
         "timing": timing,
+        # per scenario: the candidate's and the fastest baseline's median device time (us)
+        "median_us": {
+            s.name: [
+                round(s.candidate.median_us, 2),
+                round(s.baselines[s.baseline].median_us, 2) if s.baseline in s.baselines else None,
+            ]
+            for s in result.scenarios
+        },
     }
 
 
