@@ -1,7 +1,7 @@
 """Evaluations per minute of the search on one GPU vs two, local backend and Ray backend.
 
     PYTHONPATH=src python3 scripts/gpu/scaleout_bench.py [--arms local1,local2,ray1,ray2]
-        [--task decode_linear] [--window 120] [--reps 30] [--seed 0]
+        [--task decode_linear] [--window 120] [--reps 30] [--seed 0] [--per-gpu 1]
 
 On a 2-GPU machine, in two calls of under 10 minutes each:
 
@@ -16,9 +16,11 @@ seed, on a fresh run directory under $OUT/scaleout_runs/:
   ray1     ray backend, a local cluster started with 1 GPU
   ray2     ray backend, a local cluster started with 2 GPUs
 
-`in_flight` equals the workers. The figure is evaluations per minute in a fixed window: the
-evaluations committed within `--window` seconds after the seed's (so the seed's own serial
-evaluation and the final drain are not counted), divided by the window. Before the local arms,
+`in_flight` equals the workers times `--per-gpu` (default 1; 2 keeps one evaluation queued per
+GPU, so a GPU does not idle while the search waits to commit an earlier iteration). The
+figure is evaluations per minute in a fixed window: the evaluations committed within
+`--window` seconds after the seed's (so the seed's own serial evaluation and the final drain
+are not counted), divided by the window. Before the local arms,
 every GPU evaluates the seed once in this process, so no arm pays another's calibration. The
 Ray arms start their cluster here (`ray.init(num_gpus=N)`); their workers are new processes,
 which calibrate on their first evaluation (inside the window, as a real Ray run would; the
@@ -52,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--task", default="decode_linear")
     p.add_argument("--window", type=float, default=120.0, help="seconds counted per arm")
+    p.add_argument("--per-gpu", type=int, default=1, help="iterations in flight per GPU")
     p.add_argument("--reps", type=int, default=30, help="timed rounds per scenario")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -75,7 +78,7 @@ def _config(args: argparse.Namespace, kind: str, gpus: int) -> Any:
     return config_from_dict(
         {
             "seed": args.seed,
-            "in_flight": gpus,
+            "in_flight": gpus * args.per_gpu,
             "islands": {"count": 2, "migration_interval": 4, "migration_count": 1},
             "evaluator": {"workers": gpus, "reps": args.reps, "profile": False},
             "backend": {"kind": kind},
@@ -206,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "task": args.task,
         "window_s": args.window,
         "reps": args.reps,
+        "per_gpu": args.per_gpu,
         "device": args.device,
         "visible_gpus": visible,
         "arms": [],
