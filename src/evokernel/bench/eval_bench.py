@@ -267,8 +267,7 @@ def format_table(doc: dict[str, Any]) -> str:
         f"cascade {doc['options']['cascade'] or 'off'}",
         f"{'task':<22}{'evals':>6}{'left':>5}{'evals/min':>10}{'eval s':>8}{'startup':>8}"
         f"{'load':>6}{'check':>7}{'timing':>7}{'wait':>6}{'held':>6}{'rounds':>7}{'swait':>6}"
-        f"{'sheld':>6}"
-        f"{'refwait':>8}{'false rej':>10}{'screened':>9}",
+        f"{'sheld':>6}{'refwait':>8}{'false rej':>10}{'screened':>9}",
     ]
     rows = [*doc["tasks"].items(), ("total", doc["total"])]
     for name, t in rows:

@@ -56,8 +56,8 @@ class Session:
         # Everything `warm` needs is imported here, so that Warm is device work only.
         import evokernel.evaluate.worker.calls
         import evokernel.evaluate.worker.guards
-        import evokernel.evaluate.worker.timing
-        import evokernel.evaluate.worker.warmup
+        import evokernel.evaluate.worker.timing  # noqa: F401
+        from evokernel.evaluate.worker.warmup import prepare_device
         from evokernel.tasks import get_task
 
         warnings.filterwarnings("ignore")
@@ -65,7 +65,7 @@ class Session:
         self.task = get_task(init.task)
         self.cuda = self.device == "cuda"
         if self.cuda:  # the host-side device set-up, which launches nothing: no lock needed
-            evokernel.evaluate.worker.warmup.prepare_device()
+            prepare_device()
         self.dtype = channel.dtype_of(init.dtype)
         self.device_memory_mb = init.device_memory_mb
 

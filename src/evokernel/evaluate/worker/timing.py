@@ -8,9 +8,9 @@ candidate and the baselines), so it knows which inputs every call saw. Each call
      (contents change, pointers do not);
   2. CUDA: enqueues a GPU spin long enough to cover the call's host-side launch cost (its own
      implementation's: twice its median enqueue time in the warm-up rounds), records event 0,
-     calls, records event 1 on the launching stream. The events thus measure device time with launch
-     overhead hidden, as in CUDA-graph replay. The perturbation's kernels run before the spin,
-     outside the events, on a device left idle by step 3 of the call before;
+     calls, records event 1 on the launching stream. The events thus measure device time with
+     launch overhead hidden, as in CUDA-graph replay. The perturbation's kernels run before the
+     spin, outside the events, on a device left idle by step 3 of the call before;
   3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
      whole device and reads it again: the gap ("tail") is work still running on other streams.
 
@@ -49,9 +49,8 @@ from evokernel.tasks.rng import derive_seed
 _perf = time.perf_counter
 # torch.cuda.synchronize() and Event.record() without a stream look the device and the current
 # stream up in Python on every call (~10-50 us): the loop uses the bare synchronize of the
-# worker's one device and records on the stream captured when the scenario starts.
-_cuda_sync = torch.cuda.synchronize
-_device_sync = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
+# worker's one device and records on the launching stream the guards captured at set-up.
+_cuda_sync = getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
 _current_stream = torch.cuda.current_stream
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
@@ -138,7 +137,7 @@ class TimedScenario:
         del bases
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
-            self.stream = _current_stream()
+            self.stream = caller.guards.launch_stream or _current_stream()
         self.counter = 0
         _gc_collect()  # here (before the exclusive hold when prepared ahead), not in run()
 
@@ -173,7 +172,7 @@ class TimedScenario:
         try:
             _ev_sync(self.ev1)
             t2 = _perf()
-            _device_sync()
+            _cuda_sync()
             t3 = _perf()
         except BaseException as err:
             return None, self._classified(err), []
@@ -185,14 +184,14 @@ class TimedScenario:
     def _cross_check(self, name: str) -> tuple[float, float] | str:
         """(host_us, event_us) of one call without the spin, or a reason line."""
         inputs = self._prepare()
-        _device_sync()
+        _cuda_sync()
         t0 = _perf()
         _record(self.ev0, self.stream)
         try:
             with self.caller.guards.active():
                 self.fns[name](**inputs)
             _record(self.ev1, self.stream)
-            _device_sync()
+            _cuda_sync()
         except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 raise
@@ -260,8 +259,6 @@ class TimedScenario:
         # time, which sizes its spin for the timed rounds.
         enqueued: dict[str, list[float]] = {name: [] for name in self.fns}
         spins = dict.fromkeys(self.fns, _SPIN_PROBE_US if self.cuda else 0.0)
-        if self.timed_from == 0:
-            spins = self._spins(enqueued)
         raw: dict[str, dict[str, list[Any]]] = {
             name: {k: [] for k in ("event_us", "tail_us", "enqueue_us", "xhost_us", "xevent_us",
                                    "xbatch")}
@@ -270,6 +267,8 @@ class TimedScenario:
         marks = self._cross_checks_after()
         rechecks: list[Recheck] = []
         for index, order in enumerate(self.rounds):
+            if index == self.timed_from:
+                spins = self._spins(enqueued)
             for name in order:
                 counter = self.counter
                 out, line, figures = self._timed_call(name, spins[name])
@@ -279,9 +278,7 @@ class TimedScenario:
                     line = reason("output-type", f"a timed call returned {type(out).__name__}")
                     return TimingOutcome(reason=line, implementation=name)
                 if index < self.timed_from:
-                    enqueued[name] += figures[2:3]
-                    if index == self.timed_from - 1 and name == order[-1]:
-                        spins = self._spins(enqueued)
+                    enqueued[name].append(figures[2])
                     continue
                 for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
                     raw[name][key].append(value)

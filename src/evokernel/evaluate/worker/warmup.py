@@ -33,7 +33,11 @@ def prepare_device() -> None:
     torch.cuda.set_device(0)
     x = torch.empty(100, device="cuda", dtype=torch.float32)  # an allocation: no kernel
     compiled = _add_one.warmup(x, 100, BLOCK=128, grid=(1,))  # compile, no launch
-    compiled._init_handles()  # load the module and build the launcher, still no launch
+    # Load the module and build the launcher, still no launch (Triton's own lazy step, private:
+    # if a Triton version lacks it, the first launch in Warm does it).
+    load = getattr(compiled, "_init_handles", None)
+    if load is not None:
+        load()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities):
         torch.empty(1)  # CPU work only: CUPTI's set-up without touching the GPU
