@@ -21,10 +21,13 @@ import importlib.util
 import pstats
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+from evokernel.bench.eval_bench import programs_for
 from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios, timing_plan
 from evokernel.evaluate.worker.calls import Caller
@@ -33,11 +36,23 @@ from evokernel.evaluate.worker.timing import TimedScenario, spin_cycles_per_us
 from evokernel.tasks import get_task
 
 
-def load_seed(task):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("seed_candidate", task.seed_candidate)
+def load_program(task, code: str, label: str):  # type: ignore[no-untyped-def]
+    """The entry point of `code` (the seed or one knob setting of it), imported from a file so
+    Triton can read its source."""
+    path = Path(tempfile.mkdtemp()) / f"{label}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(label, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return getattr(module, task.entry_point)
+
+
+def programs(task, count: int) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(label, code): the seed, then `count` settings of its knob space, evenly spaced."""
+    found = [("seed", task.seed_candidate.read_text())]
+    if count:
+        found += [(f"knobs{p.index}", p.code) for p in programs_for(task.name, count)]
+    return found
 
 
 WARM_PIECES = r"""
@@ -125,14 +140,55 @@ def startup(task_name: str, count: int) -> None:
     subprocess.run([sys.executable, "-c", code], check=False)
 
 
+def time_program(task, label, code, device, opts, caller, rate, l2, args, profiler):  # type: ignore[no-untyped-def]
+    """Every public scenario's timed phase for one program: wall, calls, and per
+    implementation its median event time and enqueue time (us)."""
+    cuda = device == "cuda"
+    fns = {"candidate": load_program(task, code, f"{task.name}_{label}")}
+    total = 0.0
+    for scenario in public_scenarios(task, device, opts):
+        plan = timing_plan(task, scenario, device, opts, 3, l2, True)
+        base = {f"baseline:{k}": v for k, v in task.baselines(scenario).items()}
+        request = plan.request()
+        timed = TimedScenario(task, scenario, plan.dtype, {**fns, **base}, caller, request, rate)
+        TimedScenario.run(timed)  # warm: compiles, autotune
+        timed = TimedScenario(task, scenario, plan.dtype, {**fns, **base}, caller, request, rate)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if args.profile:
+            profiler.enable()
+        out = timed.run()
+        if args.profile:
+            profiler.disable()
+        wall = time.perf_counter() - t0
+        total += wall
+        calls = timed.counter
+        per_impl = " ".join(
+            f"{impl.split(':')[-1]}={statistics.median(s.event_us):.0f}/"
+            f"{statistics.median(s.enqueue_us):.0f}"
+            for impl, s in out.series.items()
+        )
+        print(
+            f"{task.name:<21} {label:<8} {scenario.name:<12} {wall * 1e3:7.1f} ms {calls:4d} calls "
+            f"{wall / max(calls, 1) * 1e6:7.1f} us/call spin<={out.spin_us:6.1f} "
+            f"event/enqueue us: {per_impl} {out.reason or ''}",
+            flush=True,
+        )
+    print(f"{task.name} {label}: timed phase {total:.2f} s over all public scenarios", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", default="decode_linear,gqa_decode_attention")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--workers", type=int, default=3, help="start-ups timed per task")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed phases")
+    parser.add_argument(
+        "--programs", type=int, default=0, help="also time this many knob settings per task"
+    )
     args = parser.parse_args()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and args.workers:
         for name in args.tasks.split(","):
             startup(name, args.workers)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test of this script
@@ -146,40 +202,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(0) if cuda else device}, spin rate {rate:.0f} cycles/us")
     for name in args.tasks.split(","):
         task = get_task(name)
-        fns = {"candidate": load_seed(task)}
-        total = 0.0
-        for scenario in public_scenarios(task, device, opts):
-            plan = timing_plan(task, scenario, device, opts, 3, l2, True)
-            base = {f"baseline:{k}": v for k, v in task.baselines(scenario).items()}
-            timed = TimedScenario(
-                task, scenario, plan.dtype, {**fns, **base}, caller, plan.request(), rate
-            )
-            TimedScenario.run(timed)  # warm: compiles, autotune
-            timed = TimedScenario(
-                task, scenario, plan.dtype, {**fns, **base}, caller, plan.request(), rate
-            )
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            if args.profile:
-                profiler.enable()
-            out = timed.run()
-            if args.profile:
-                profiler.disable()
-            wall = time.perf_counter() - t0
-            total += wall
-            calls = timed.counter
-            cand = out.series.get("candidate")
-            ev = statistics.median(cand.event_us) if cand else float("nan")
-            enq = statistics.median(cand.enqueue_us) if cand else float("nan")
-            print(
-                f"{name:<22} {scenario.name:<28} {wall * 1e3:7.1f} ms {calls:5d} calls "
-                f"{wall / max(calls, 1) * 1e6:7.1f} us/call spin {out.spin_us:6.1f} us "
-                f"event {ev:7.1f} us enqueue {enq:6.1f} us copies {plan.copies} "
-                f"{out.reason or ''}",
-                flush=True,
-            )
-        print(f"{name}: timed phase {total:.2f} s over all public scenarios")
+        for label, code in programs(task, args.programs):
+            time_program(task, label, code, device, opts, caller, rate, l2, args, profiler)
     if args.profile:
         stats = pstats.Stats(profiler, stream=sys.stdout)
         stats.sort_stats("tottime").print_stats(args.top)

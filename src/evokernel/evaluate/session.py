@@ -107,18 +107,28 @@ class CandidateRun:
         """Add to a sub-phase counter (seconds inside the stages, not a stage of its own)."""
         self.phases[name] = round(self.phases.get(name, 0.0) + seconds, 2)
 
+    def held(self, kind: str, seconds: float) -> None:
+        """Count one hold of the shared lock by `kind` of work: `held_KIND` (the sum) and
+        `longest_KIND` (the longest single hold, which an exclusive request may wait out)."""
+        self.count(f"held_{kind}", seconds)
+        longest = f"longest_{kind}"
+        self.phases[longest] = max(self.phases.get(longest, 0.0), round(seconds, 2))
+
     @contextmanager
-    def shared(self) -> Iterator[None]:
-        """The device's shared lock, with the seconds spent waiting for it and holding it
-        counted (`shared_wait`, `shared_held`)."""
+    def shared(self, kind: str) -> Iterator[None]:
+        """The device's shared lock for the worker's `kind` of work ("check", "prepare",
+        "profile"), with the seconds spent waiting for it and holding it counted
+        (`shared_wait`, `shared_held`, and `held`)."""
         asked = time.monotonic()
         with self.slot.shared():
             got = time.monotonic()
             try:
                 yield
             finally:
+                now = time.monotonic()
                 self.count("shared_wait", got - asked)
-                self.count("shared_held", time.monotonic() - got)
+                self.count("shared_held", now - got)
+                self.held(kind, now - got)
 
     # --- bookkeeping -------------------------------------------------------------------------
     def add(self, lines: list[str] | str | None) -> None:
@@ -305,7 +315,11 @@ class CandidateRun:
             yield
             return
         with self.slot.shared(), torch.cuda.device(self.build_device):
-            yield
+            got = time.monotonic()
+            try:
+                yield
+            finally:
+                self.held("refs", time.monotonic() - got)
 
     def _correctness(self, worker: WorkerProcess) -> None:
         self.result.stage = "correctness"
@@ -313,7 +327,7 @@ class CandidateRun:
         hseed = hidden_seed(self.seed)
         for job in check_jobs(self.task, self.device, self.options, self.seed):
             expected = self.helper.submit(self._expected, job)
-            with self.shared():
+            with self.shared("check"):
                 checked = self.reply(worker, job.request(hseed), p.Checked)
             lines = self._judge_job(job, checked.records, expected)
             self.add(lines)

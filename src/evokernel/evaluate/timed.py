@@ -114,7 +114,7 @@ class TimingPhase:
         and profile each (shared)."""
         run, worker = self.run_, self.worker
         for plan in plans:
-            with run.shared():
+            with run.shared("prepare"):
                 run.reply(worker, p.Prepare(timing=plan.request()), p.Prepared)
         done: list[tuple[TimingPlan, p.Timed]] = []
         asked = time.monotonic()
@@ -158,7 +158,7 @@ class TimingPhase:
             scenario=scenario.name, dtype=str(plan.dtype), seed=plan.profile_seed,
             calls=PROFILE_CALLS,
         )  # fmt: skip
-        with run.shared():
+        with run.shared("profile"):
             prof = run.reply(self.worker, request, p.Profiled)
         if prof.reason:
             run.add(prof.reason)
