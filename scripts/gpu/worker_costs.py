@@ -5,12 +5,13 @@
 2. The device part's pieces, in a fresh process without the sandbox: CUDA context, the warm-up
    Triton kernel, the baselines, the first profiler session, the spin rate.
 3. The exclusive timed hold: runs the worker side of the timed phase
-   (`worker.timing.TimedScenario`) in this process, with each task's seed as the candidate and
-   the default schedule, one public scenario at a time (`--profile`: under cProfile, which
-   inflates the host times).
-Per scenario: wall seconds of `run()`, the timed calls it made, wall per call, the spin,
-median event time and enqueue time of the candidate. Then the cProfile of all scenarios
-together (top functions by own time), so the per-call overhead is named.
+   (`worker.timing.TimedScenario`) in this process, with each task's seed as the candidate
+   (and `--programs N` settings of its knob space after it) and the default schedule, one
+   public scenario at a time, the second of two runs (`--profile`: under cProfile, which
+   inflates the host times). `--workers 0` skips parts 1 and 2.
+Per scenario: wall seconds of `run()`, the timed calls it made, wall per call, the longest
+spin, and per implementation its median event time and enqueue time. Then the cProfile of all
+scenarios together (top functions by own time), so the per-call overhead is named.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ from evokernel.evaluate.worker.guards import Guards
 from evokernel.evaluate.worker.timing import TimedScenario, spin_cycles_per_us
 from evokernel.tasks import get_task
 
+_SOURCES = tempfile.TemporaryDirectory(prefix="worker_costs-")  # removed at exit
+
 
 def load_program(task, code: str, label: str):  # type: ignore[no-untyped-def]
     """The entry point of `code` (the seed or one knob setting of it), imported from a file so
     Triton can read its source."""
-    path = Path(tempfile.mkdtemp()) / f"{label}.py"
+    path = Path(_SOURCES.name) / f"{label}.py"
     path.write_text(code)
     spec = importlib.util.spec_from_file_location(label, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ class TimedScenario:
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
             self.stream = caller.guards.launch_stream or _current_stream()
-            self._first_baseline_calls()
+        self._first_baseline_calls()
         self.counter = 0
         _gc_collect()  # here (before the exclusive hold when prepared ahead), not in run()
 
@@ -154,9 +154,10 @@ class TimedScenario:
             for name, fn in self.fns.items():
                 if name.startswith("baseline:"):
                     fn(**self.copies[0])
-            _cuda_sync()
+            if self.cuda:
+                _cuda_sync()
         except Exception:
-            return
+            pass
 
     def _prepare(self) -> dict[str, Any]:
         inputs = self.copies[self.counter % len(self.copies)]
