@@ -145,7 +145,7 @@ class TimedScenario:
     def _first_baseline_calls(self) -> None:
         """Each baseline's first call on this scenario's shapes, untimed, here (`Prepare`,
         under the shared lock) rather than in the exclusive hold's warm-up rounds: a library
-        may set up per shape on its first call (cuDNN's SDPA took 0.6-1.4 s per attention
+        may set up per shape on its first call (cuDNN's SDPA took up to 1.4 s per attention
         shape in a fresh process on an H100; done while the timed phase held the device, that
         was most of the attention task's exclusive hold). A failure is left to the timed
         rounds, which report it as the baseline's. The candidate's first calls on these
