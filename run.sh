@@ -15,6 +15,9 @@ cd "$(dirname "$0")"
 scripts/setup.sh ref
 # shellcheck disable=SC1091
 . .venv/bin/activate
+# setup.sh leaves an `evokernel` command in .venv/bin (console script, or a wrapper when it ran
+# src/ in place); should a hand-made venv lack one, the module form does the same.
+[ -x .venv/bin/evokernel ] || evokernel() { python -m evokernel "$@"; }
 
 if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   device=cuda ops=triton steps=64

@@ -6,7 +6,9 @@ cd "$(dirname "$0")"
 scripts/setup.sh test
 # shellcheck disable=SC1091
 . .venv/bin/activate
-ruff check src tests scripts
-ruff format --check src tests scripts
-mypy
-pytest "$@"
+# Run the tools as modules of the venv's python: on a CUDA machine they may come from the
+# system's (or a parent venv's) site-packages, whose own scripts would run another python.
+python -m ruff check src tests scripts
+python -m ruff format --check src tests scripts
+python -m mypy
+python -m pytest "$@"
