@@ -3,13 +3,17 @@
 #   1. write a random-weight Qwen3-0.6B-shaped checkpoint (unless MODEL=DIR is given),
 #   2. verify the engine against HF transformers (KL, argmax agreement),
 #   3. generate from a prompt,
-#   4. run a short evolutionary search on gqa_decode_attention with the offline mutator
-#      (no LLM needed), ending with its summary table.
-# Runs on a CUDA GPU when one is present, else on the CPU (fp32, torch ops for the model;
-# the search runs its Triton candidates under the interpreter: correctness only, no speed).
+#   4. tune: a short evolutionary search (offline mutator, no LLM needed) of the whole decode
+#      layer (`decode_layer`) at the checkpoint's shapes, written as a kernel pack,
+#   5. generate again with the pack (`--kernels`).
+# Runs on a CUDA GPU when one is present, else on the CPU (fp32, torch ops for the model; the
+# search runs its Triton candidates under the interpreter: a correctness demonstration, nothing
+# is timed, so every context bucket of the pack keeps the engine's own layer).
 #
-# Environment: MODEL=DIR (an existing checkpoint), RUN_DIR=DIR (the search's run directory,
-# default runs/main; an existing one is resumed), ITERATIONS=N (search iterations, default 8).
+# Environment: MODEL=DIR (an existing checkpoint), PACK=DIR (the kernel pack, default
+# runs/pack; its search runs live in PACK/runs/ and an existing one is resumed), ITERATIONS=N
+# (search iterations in all, default 8 on a GPU, 4 on the CPU), MINUTES=M (the tune's time
+# budget per invocation, default 4).
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh ref
@@ -38,12 +42,13 @@ echo "== generate"
 evokernel generate --model "$model" --device "$device" --ops "$ops" \
   --prompt "The fastest way to decode a small language model is" --max-new-tokens 32
 
-run_dir=${RUN_DIR:-runs/main}
-echo "== evolve gqa_decode_attention with the offline mutator into $run_dir"
-if [ -f "$run_dir/programs.sqlite" ]; then
-  evokernel evolve --task gqa_decode_attention --device "$device" --out "$run_dir" --resume
-else
-  evokernel evolve --task gqa_decode_attention --device "$device" --out "$run_dir" \
-    --iterations "${ITERATIONS:-8}"
-fi
-evokernel status "$run_dir"
+pack=${PACK:-runs/pack}
+if [ "$device" = cuda ]; then iterations=${ITERATIONS:-8}; else iterations=${ITERATIONS:-4}; fi
+echo "== tune: the decode layer at this checkpoint's shapes, offline mutator, into $pack"
+[ "$device" = cpu ] && echo "   (CPU: a correctness demonstration under Triton's interpreter, no timings)"
+evokernel tune --model "$model" --device "$device" --out "$pack" --iterations "$iterations" \
+  --budget-minutes "${MINUTES:-4}"
+
+echo "== generate with the kernel pack"
+evokernel generate --model "$model" --device "$device" --ops "$ops" --kernels "$pack" \
+  --prompt "The fastest way to decode a small language model is" --max-new-tokens 32

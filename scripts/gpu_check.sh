@@ -7,7 +7,8 @@
 #
 # Sections: env tests engine stages evaluator evolve, and two of about 6 minutes each that are
 # not in the default list: bench (the decode benchmark's full suite) and throughput (the
-# evaluator's throughput and false rejections over both tasks' knob spaces). Each writes JSON and a log under $OUT
+# evaluator's throughput and false rejections over both tasks' knob spaces), and layer (the
+# decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call). Each writes JSON and a log under $OUT
 # (./out when unset); one failing section does not stop the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
@@ -50,7 +51,8 @@ for s in "${sections[@]}"; do
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
     bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
     throughput) run_section throughput bash scripts/gpu/eval_throughput.sh ;;
-    *) echo "unknown section $s (env tests engine stages evaluator evolve bench throughput)"
+    layer) run_section layer bash scripts/gpu/layer_check.sh ;;
+    *) echo "unknown section $s (env tests engine stages evaluator evolve bench throughput layer)"
        exit 2 ;;
   esac
 done

@@ -69,6 +69,7 @@ class DecodeBenchOptions:
     max_minutes: float | None = None
     label: str | None = None
     engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
+    engine_kernels: Path | None = None  # a kernel pack our engine runs (the baselines do not)
 
     def __post_init__(self) -> None:
         if not self.positions or min(self.positions) < 1:
@@ -146,7 +147,13 @@ def _run_system(
     t0 = time.perf_counter()
     try:
         system = load_system(
-            name, opts.model_dir, opts.device, opts.dtype, max_need, opts.engine_ops
+            name,
+            opts.model_dir,
+            opts.device,
+            opts.dtype,
+            max_need,
+            opts.engine_ops,
+            opts.engine_kernels,
         )
     except Exception as err:
         line = f"load failed: {error_line(err)}"
@@ -236,6 +243,7 @@ def _new_doc(
             "power_window_ms": opts.power_window_ms,
             "timer": "host clock per step" if opts.device == "cpu" else "CUDA events per step",
             "max_minutes": opts.max_minutes,
+            "kernels": str(opts.engine_kernels) if opts.engine_kernels is not None else None,
             "cache_len": {},  # system -> {position: KV cache positions, null when it grows}
             "setup": {},  # system -> how it ran (ops, compile settings, graphs compiled)
         },

@@ -3,7 +3,8 @@
 
     evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
         [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
-        [--ops torch|triton] [--power-window-ms MS] [--max-minutes M] [--out FILE.json] [--json]
+        [--ops torch|triton] [--kernels PACK_DIR] [--power-window-ms MS] [--max-minutes M]
+        [--out FILE.json] [--json]
     evokernel bench decode --compare A.json B.json [--json]
 
 stdout: a table, then one JSON line (the summary: file paths, tok/s per system and position;
@@ -60,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--steps", type=int, metavar="N", help="timed decode steps per position")
     d.add_argument("--warmup", type=int, metavar="N", help="untimed decode steps first")
     d.add_argument("--positions", metavar="LIST", help="context positions, e.g. 1,128,4096")
-    add_engine_args(d)  # --device, --dtype, --ops (our engine's op implementations)
+    add_engine_args(d)  # --device, --dtype, --ops, --kernels (our engine's op implementations)
     d.add_argument(
         "--power-window-ms",
         type=float,
@@ -163,12 +164,19 @@ def _options(args: argparse.Namespace) -> Any:
         raise EvokernelError(f"--out must name a .json file, got {out}")
     dtype_name = str(dtype).removeprefix("torch.")
     ops = resolve_ops(args)
+    kernels = _kernels(args, device, dtype)
+    if kernels is not None and "evokernel_pack" not in systems:
+        at = systems.index("evokernel") + 1 if "evokernel" in systems else len(systems)
+        systems = (*systems[:at], "evokernel_pack", *systems[at:])
+    if kernels is None and "evokernel_pack" in systems:
+        raise EvokernelError("--baselines: evokernel_pack needs a kernel pack (--kernels)")
     command = (
         f"evokernel bench decode --model {args.model} --baselines {','.join(systems)} "
         f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
         f"--device {device} --dtype {dtype_name} --ops {ops} --power-window-ms {window:g}"
         + (f" --suite {suite_name}" if device == "cuda" else "")
         + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes is not None else "")
+        + (f" --kernels {kernels}" if kernels is not None else "")
     )
     return DecodeBenchOptions(
         model_dir=Path(args.model),
@@ -184,8 +192,24 @@ def _options(args: argparse.Namespace) -> Any:
         command=command,
         max_minutes=args.max_minutes,
         engine_ops=ops,
+        engine_kernels=kernels,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
     )
+
+
+def _kernels(args: argparse.Namespace, device: str, dtype: Any) -> Path | None:
+    """--kernels, checked against the checkpoint, device and dtype before anything runs (a
+    refused pack is one line and exit 2, not a row of errors)."""
+    from evokernel import device as devices
+    from evokernel.cli.generate import kernels_dir
+    from evokernel.model.config import Qwen3Config
+    from evokernel.packs.load import load_pack
+
+    kernels = kernels_dir(args)
+    if kernels is not None:
+        devices.prepare(device)
+        load_pack(kernels, Qwen3Config.from_dir(args.model), device, dtype)
+    return kernels
 
 
 def _by_system(doc: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -208,19 +232,19 @@ def _print_table(doc: dict[str, Any]) -> None:
         f"steps per position" + (f"  [{doc['label']}]" if doc["label"] else "")
     )
     print(
-        f"{'system':<11}{'position':>9}{'tok/s':>10}{'ms p50':>9}{'ms p95':>9}{'ms p99':>9}"
+        f"{'system':<15}{'position':>9}{'tok/s':>10}{'ms p50':>9}{'ms p95':>9}{'ms p99':>9}"
         f"{'% floor':>9}{'TTFT ms':>10}{'tok/J':>8}  error"
     )
     for r in doc["results"]:
         print(
-            f"{r['system']:<11}{r['position']:>9}{_fmt(r['tok_s'], '.1f'):>10}"
+            f"{r['system']:<15}{r['position']:>9}{_fmt(r['tok_s'], '.1f'):>10}"
             f"{_fmt(r['ms_p50'], '.4f'):>9}{_fmt(r['ms_p95'], '.4f'):>9}"
             f"{_fmt(r['ms_p99'], '.4f'):>9}{_fmt(r['pct_floor'], '.1f'):>9}"
             f"{_fmt(r['ttft_ms'], '.2f'):>10}{_fmt(r['tok_per_j'], '.2f'):>8}"
             f"  {r['error'] or ''}".rstrip()
         )
     for name, reason in doc.get("skipped", {}).items():
-        print(f"{name:<11} skipped: {reason}")
+        print(f"{name:<15} skipped: {reason}")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -229,7 +253,7 @@ def _compare(args: argparse.Namespace) -> int:
     c = compare_files(*args.compare)
     print(f"B/A decode tok/s on {c.gpu or c.device}: A = {c.a}, B = {c.b}")
     print(
-        f"{'system':<11}{'position':>9}{'tok/s A':>10}{'tok/s B':>10}{'B/A':>8}"
+        f"{'system':<15}{'position':>9}{'tok/s A':>10}{'tok/s B':>10}{'B/A':>8}"
         f"{'% floor A':>11}{'% floor B':>11}"
     )
     for r in c.ratios:

@@ -2,13 +2,14 @@
 
 evokernel generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N
     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--device cuda|cpu]
-    [--dtype D] [--ops torch|triton] [--no-pdl] [--no-graph] [--json]
+    [--dtype D] [--ops torch|triton] [--no-pdl] [--kernels PACK_DIR] [--no-graph] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from evokernel.cli import args as checked
 from evokernel.errors import ConfigError
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """--device, --dtype, --ops, --no-pdl: shared by generate and verify."""
+    """--device, --dtype, --ops, --no-pdl, --kernels: shared by generate, verify and bench
+    decode (where they set up our engine)."""
     p.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
     )
@@ -74,6 +76,19 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         help="launch the Triton decode kernels without programmatic dependent launch (on by "
         "default on sm_90+ GPUs; this measures what it buys)",
     )
+    p.add_argument(
+        "--kernels",
+        metavar="PACK_DIR",
+        help="run the engine's decode layer with a kernel pack's programs (evokernel tune), "
+        "per context bucket; a pack from another GPU model, model shape or dtype is refused",
+    )
+
+
+def kernels_dir(args: argparse.Namespace) -> Path | None:
+    """The --kernels directory, checked to exist (its contents are checked as it loads)."""
+    if args.kernels is None:
+        return None
+    return checked.existing_dir(args.kernels, "--kernels")
 
 
 def resolve_ops(args: argparse.Namespace) -> str:
@@ -112,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         checked.real(args.top_p, "--top-p", lo=0.0, hi=1.0, lo_open=True),
     )
     seed = checked.seed(args.seed)
+    kernels = kernels_dir(args)
     ops = resolve_ops(args)
     # The config alone bounds the prompt, the new tokens and top-k: checked before loading.
     cfg = Qwen3Config.from_dir(model_dir)
@@ -130,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         ops,
         max_seq_len=len(prompt) + max_new,
         pdl=False if args.no_pdl else None,
+        kernels=kernels,
     )
     options = GenerateOptions(
         max_new_tokens=max_new,
@@ -148,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         f"{len(prompt)} prompt + {len(tokens)} new tokens ({result.stop_reasons[0]}); "
         f"prefill {result.prefill_ms:.2f} ms; decode {result.decode_tok_s:.1f} tok/s over "
         f"{result.decode_steps} steps; warm-up {result.warmup_ms:.0f} ms; "
-        f"{result.device} {result.dtype}, ops {args.ops}, "
+        f"{result.device} {result.dtype}, ops {args.ops}"
+        f"{f', kernels {kernels}' if kernels is not None else ''}, "
         f"cuda graph {'on' if result.cuda_graph else 'off'}{label}"
     )
     if args.json:
@@ -167,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             "dtype": result.dtype,
             "ops": args.ops,
             "op_origin": result.ops,
+            "kernels": str(kernels) if kernels is not None else None,
             "cuda_graph": result.cuda_graph,
             "model": str(args.model),
         }

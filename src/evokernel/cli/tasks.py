@@ -21,12 +21,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.tasks import all_tasks, get_task
+    from evokernel.tasks import SHAPED_TASKS, all_tasks, get_task
     from evokernel.tasks.describe import describe, render
 
     if args.name is not None and not args.name.strip():
         raise TaskError("empty task name (omit NAME to list every task)")
-    tasks = [get_task(args.name)] if args.name is not None else all_tasks()
+    tasks = (
+        [get_task(args.name)]
+        if args.name is not None
+        else [*all_tasks(), *(get_task(n) for n in SHAPED_TASKS)]
+    )
     infos = [describe(t) for t in tasks]
     print("\n\n".join(render(info) for info in infos))
     if args.json:

@@ -1,7 +1,7 @@
 """`evokernel verify`: compare the engine with transformers, step by step (engine/verify.py).
 
     evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D]
-        [--ops torch|triton] [--no-pdl] [--prompt-ids 1,2,3] [--threshold X]
+        [--ops torch|triton] [--no-pdl] [--kernels PACK_DIR] [--prompt-ids 1,2,3] [--threshold X]
         [--fp32-ref | --no-fp32-ref] [--json]
 
 Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
@@ -16,7 +16,7 @@ import json
 import sys
 
 from evokernel.cli import args as checked
-from evokernel.cli.generate import add_engine_args, parse_ids, resolve_ops
+from evokernel.cli.generate import add_engine_args, kernels_dir, parse_ids, resolve_ops
 
 ORDER = 30
 
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     steps = checked.integer(args.steps, "--steps", lo=1)
     threshold = None if args.threshold is None else checked.real(args.threshold, "--threshold", 0.0)
     prompt = parse_ids(args.prompt_ids) if args.prompt_ids is not None else None
+    kernels = kernels_dir(args)
     result = verify(
         model_dir,
         device=args.device,
@@ -73,10 +74,13 @@ def run(args: argparse.Namespace) -> int:
         threshold=threshold,
         fp32_reference=args.fp32_ref,
         pdl=False if args.no_pdl else None,
+        kernels=kernels,
     )
     print(
         f"{result.steps} steps after a {result.prompt_len}-token prompt, {result.device} "
-        f"{result.dtype}, ops {args.ops}, cuda graph {'on' if result.cuda_graph else 'off'}"
+        f"{result.dtype}, ops {args.ops}"
+        f"{f', kernels {kernels}' if kernels is not None else ''}, "
+        f"cuda graph {'on' if result.cuda_graph else 'off'}"
     )
     print(
         f"KL(ref || ours): mean {result.kl_mean:.3e}, max {result.kl_max:.3e} "
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         record = result.to_dict()
         record["ops_kind"] = args.ops
         record["model"] = str(args.model)
+        record["kernels"] = str(kernels) if kernels is not None else None
         print(json.dumps(record))
     if not result.passed:
         print(f"verify failed: {result.reason}", file=sys.stderr)

@@ -4,8 +4,11 @@
 
 `device` None picks CUDA when present; `dtype` None picks the device default (bfloat16 on CUDA,
 float32 on CPU); `pdl` None launches the Triton decode kernels with programmatic dependent
-launch where the GPU supports it (False turns it off). The Triton mode is set for the device
-(`evokernel.device.prepare`) before any kernel or candidate is imported.
+launch where the GPU supports it (False turns it off); `kernels` a kernel pack directory (or
+a loaded `Pack`): checked against the checkpoint's config, the device and the dtype before any
+weight loads (a refusal is one `PackError` line), then `decode_layer` runs its programs
+(`OpSet.with_pack`). The Triton mode is set for the device (`evokernel.device.prepare`) before
+any kernel or candidate is imported.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from evokernel import device as devices
 from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.errors import EvokernelError
 from evokernel.model import tokenizer as tokenizers
+from evokernel.model.config import Qwen3Config
 from evokernel.model.loader import load_model, resolve_dtype
 from evokernel.model.tokenizer import TOKENIZER_FILE
 from evokernel.ops.registry import OpSet
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+    from evokernel.packs.format import Pack
 
 
 def load_engine(
@@ -34,13 +40,28 @@ def load_engine(
     ops: str | OpSet = "torch",
     max_seq_len: int | None = None,
     pdl: bool | None = None,
+    kernels: str | Path | Pack | None = None,
 ) -> Qwen3Model:
     dev = devices.resolve(device)
     devices.prepare(dev)
     dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
     opset = ops if isinstance(ops, OpSet) else OpSet.named(ops, pdl)
+    if kernels is not None:
+        from evokernel.packs.format import Pack
+        from evokernel.packs.load import load_pack
+
+        pack = (
+            kernels
+            if isinstance(kernels, Pack)
+            else load_pack(kernels, _config(model_dir), dev, dt)
+        )
+        opset = opset.with_pack(pack)
     cfg, weights = load_model(model_dir, device=dev, dtype=dt)
     return Qwen3Model(cfg, weights, opset, max_seq_len=max_seq_len)
+
+
+def _config(model_dir: str | Path) -> Qwen3Config:
+    return Qwen3Config.from_dir(model_dir)
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:

@@ -14,13 +14,17 @@ Prefill, per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
 then logits(normed, lm_head) -> [B, V] float32 at each sequence's last real token.
 
 Decode (one token per sequence at its own position, B rows) carries the residual stream h
-[B, H] un-normalised and uses the fused ops (ops/compose.py), five per layer:
+[B, H] un-normalised and calls one op per layer, `h = decode_layer(h, <the layer's weights>,
+cos, sin, positions, K, V, seq_lens, scale, eps, max_len)`, which by default is the five fused
+ops (ops/compose.py):
 
   qkv  = norm_linear(h, input_norm, qkv_proj)
   attn = decode_attention_qkv(qkv, q_norm, k_norm, cos, sin, positions, K, V, seq_lens, ...)
   linear_residual(attn, o_proj, h)                       h += o_proj(attn)
   act  = norm_gate_up_silu(h, post_attn_norm, gate_up_proj)
   linear_residual(act, down_proj, h)                     h += down_proj(act)
+
+and may be a kernel pack's program for the context bucket (evokernel.packs).
 
 then norm_logits(h, final_norm, lm_head) -> [B, V] float32 (`decode`), or greedy_head, which
 writes argmax into `tokens` and advances positions and seq_lens (`decode_greedy`). Nothing syncs
@@ -125,11 +129,16 @@ class Qwen3Model:
         bound = cache.max_seq_len if max_len is None else min(max_len, cache.max_seq_len)
         h = ops.embed(w.embed_tokens, tokens)  # [B, H]
         for i, layer in enumerate(w.layers):
-            qkv = ops.norm_linear(h, layer.input_norm, layer.qkv_proj, eps)  # [B, (Hq+2Hkv)*D]
-            attn = ops.decode_attention_qkv(
-                qkv,
+            h = ops.decode_layer(
+                h,
+                layer.input_norm,
+                layer.qkv_proj,
                 layer.q_norm,
                 layer.k_norm,
+                layer.o_proj,
+                layer.post_attn_norm,
+                layer.gate_up_proj,
+                layer.down_proj,
                 self.cos,
                 self.sin,
                 positions,
@@ -139,10 +148,7 @@ class Qwen3Model:
                 self.scale,
                 eps,
                 bound,
-            )  # fmt: skip  [B, Hq*D]
-            ops.linear_residual(attn, layer.o_proj, h)
-            act = ops.norm_gate_up_silu(h, layer.post_attn_norm, layer.gate_up_proj, eps)
-            ops.linear_residual(act, layer.down_proj, h)
+            )  # fmt: skip  [B, H]
         return h
 
     def _prefill_layers(

@@ -268,8 +268,10 @@ def verify(
     threshold: float | None = None,
     fp32_reference: bool | None = None,
     pdl: bool | None = None,
+    kernels: str | Path | None = None,
 ) -> VerifyResult:
-    """Load the engine and transformers from `model_dir` and compare them (see module doc).
+    """Load the engine (with the kernel pack `kernels`, when given) and transformers from
+    `model_dir` and compare them (see module doc).
 
     The prompt and `steps` are checked against the config before anything is loaded: the
     reference would decode past the model's positions, and the engine then refuse them."""
@@ -277,7 +279,9 @@ def verify(
     cfg = Qwen3Config.from_dir(model_dir)
     ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
     cfg.check_tokens(ids, steps, "--steps")
-    model = load_engine(model_dir, device, dtype, ops, max_seq_len=len(ids) + steps, pdl=pdl)
+    model = load_engine(
+        model_dir, device, dtype, ops, max_seq_len=len(ids) + steps, pdl=pdl, kernels=kernels
+    )
     dev = model.device.type
     hf = load_reference(model_dir, dev, model.dtype)
     want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference

@@ -163,6 +163,16 @@ def copies_for(rotating_bytes: int, l2_bytes: int, device: str) -> int:
     return max(2, min(want, fit, COPIES_MAX))
 
 
+def graph_copies(copies: int, task: Task, device: str) -> int:
+    """Copies for a graph-timed task (`task.graph_layers` = L on a GPU): a multiple of L, at
+    least L, so that a graph of L consecutive calls never uses one copy twice and the graphs
+    start at a few offsets only (a replay consumes L copies)."""
+    layers = task.graph_layers if device == "cuda" else 0
+    if layers <= 0:
+        return copies
+    return max(layers, -(-copies // layers) * layers)
+
+
 def timing_plan(
     task: Task,
     scenario: Scenario,
@@ -193,7 +203,7 @@ def timing_plan(
         timed_from=options.warmup,
         recheck=recheck if with_candidate else [],
         base_seeds=[derive_seed(seed, "timing", scenario.name, j) for j in range(bases)],
-        copies=copies_for(rotating, l2_bytes, device),
+        copies=graph_copies(copies_for(rotating, l2_bytes, device), task, device),
         perturb_seed=derive_seed(seed, "perturb", scenario.name),
         profile_seed=derive_seed(seed, "profile", scenario.name),
         fns=fns,

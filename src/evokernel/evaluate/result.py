@@ -32,6 +32,8 @@ REASON_CODES: dict[str, str] = {
     "mismatch": "the result differs from the reference beyond the tolerance",
     "nondeterministic": "two calls on the same inputs disagreed",
     "input-mutated": "the candidate changed its inputs",
+    "cache-write": "the candidate wrote an in-place output (the KV cache) outside its region",
+    "graph-capture": "the candidate could not be captured in a CUDA graph (a host sync...)",
     "timed-output-mismatch": "an output produced during timing differs from the reference",
     # tampering
     "patched": "the candidate replaced a function the harness relies on (timer, comparator)",

@@ -2,10 +2,11 @@
 
 A candidate is one self-contained Python file defining its task's entry point
 (`attention(q, k_cache, v_cache, seq_lens, scale)` for `gqa_decode_attention`,
-`linear(x, weight)` for `decode_linear`). It is imported by path under a module name derived
-from the file's absolute path and contents, so two candidates never share a module and
-re-loading the same file is free. Candidates may define `@triton.jit` kernels, so the Triton
-mode must be set first (`evokernel.device.prepare`).
+`linear(x, weight)` for `decode_linear`, `decode_layer(h, ...)` for `decode_layer`). It is
+imported by path under a module name derived from the file's absolute path and contents, so
+two candidates never share a module and re-loading the same file is free. Candidates may
+define `@triton.jit` kernels, so the Triton mode must be set first
+(`evokernel.device.prepare`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SEEDS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 TASK_OPS: dict[str, tuple[str, str]] = {
     "decode_attention": ("gqa_decode_attention", "attention"),
     "linear": ("decode_linear", "linear"),
+    "decode_layer": ("decode_layer", "decode_layer"),
 }
 
 

@@ -18,10 +18,26 @@ it itself. Shapes as in ops/reference.py (M = B rows):
       tokens <- argmax(norm_logits(x, ...)) (lowest id among equals); positions += 1 and
       seq_lens += 1: the end of a greedy decode step, in place
 
+One decoder layer's decode step, made of the fused ops above (the `decode_layer` task's entry
+point, docs/layer-task.md):
+
+  decode_layer(h [B, H], input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm,
+               gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens,
+               scale, eps, max_len) -> the residual stream after the layer [B, H]
+      = qkv  = norm_linear(h, input_norm, qkv_proj, eps)
+        attn = decode_attention_qkv(qkv, q_norm, k_norm, cos, sin, positions, k_cache,
+                                    v_cache, seq_lens, scale, eps, max_len)
+        linear_residual(attn, o_proj, h); act = norm_gate_up_silu(h, post_attn_norm, ...)
+        linear_residual(act, down_proj, h); return h        (h is updated in place)
+      A replacement (a pack's program) may return a new tensor instead: callers use the
+      returned value.
+
 `composed(ops, name)` is that composition over `ops`' plain ops: the torch OpSet's fused ops
 (the references the fused kernels are tested against), and what a fused op becomes when one
 of its plain parts is replaced by a candidate file, so the candidate runs in decode too.
-`PARTS` says which plain ops each fused op contains.
+`PARTS` says which ops each fused op contains (for `decode_layer`: its four fused ops and,
+transitively, their plain ops, so replacing any of them re-composes the layer);
+`LAYER_PARTS` are the ops `decode_layer` calls directly.
 """
 
 from __future__ import annotations
@@ -44,6 +60,15 @@ PARTS: dict[str, tuple[str, ...]] = {
     "norm_logits": ("rms_norm", "logits"),
     "greedy_head": ("rms_norm", "logits", "sample"),
 }
+LAYER_PARTS: tuple[str, ...] = (
+    "norm_linear",
+    "decode_attention_qkv",
+    "linear_residual",
+    "norm_gate_up_silu",
+)
+PARTS["decode_layer"] = tuple(
+    dict.fromkeys([*LAYER_PARTS, *(p for f in LAYER_PARTS for p in PARTS[f])])
+)
 
 
 def composed(ops: OpSet, name: str) -> Callable[..., Any]:
@@ -62,6 +87,8 @@ def composed(ops: OpSet, name: str) -> Callable[..., Any]:
         return lambda *args: _attention(ops, *args)
     if name == "greedy_head":
         return lambda *args: _greedy_head(ops, *args)
+    if name == "decode_layer":
+        return lambda *args: _layer(ops, *args)
     raise KeyError(name)
 
 
@@ -104,3 +131,34 @@ def _greedy_head(
     tokens.copy_(ops.sample(logits, GREEDY, None))
     positions.add_(1)
     seq_lens.add_(1)
+
+
+def _layer(
+    ops: OpSet,
+    h: torch.Tensor,
+    input_norm: torch.Tensor,
+    qkv_proj: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    o_proj: torch.Tensor,
+    post_attn_norm: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    eps: float,
+    max_len: int,
+) -> torch.Tensor:
+    qkv = ops.norm_linear(h, input_norm, qkv_proj, eps)  # [B, (Hq+2Hkv)*D]
+    attn = ops.decode_attention_qkv(
+        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len
+    )  # [B, Hq*D]
+    ops.linear_residual(attn, o_proj, h)
+    act = ops.norm_gate_up_silu(h, post_attn_norm, gate_up_proj, eps)
+    ops.linear_residual(act, down_proj, h)
+    return h

@@ -8,9 +8,16 @@
                                      sm_90+ GPUs), the task seeds for `linear` and
                                      `decode_attention`, torch for the rest
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
+  opset.with_pack(pack)              `decode_layer` dispatched per context bucket to a kernel
+                                     pack's programs (evokernel.packs); apply it last
   opset.origin[name]                 where each op came from ("torch", "triton", "triton+pdl",
-                                     a file path, or "composed" for a fused op built from
-                                     plain ops that are not all torch)
+                                     a file path, "pack:<dir>", or "composed" for a fused op
+                                     built from plain ops that are not all torch)
+
+`decode_layer` (one decoder layer's decode step, the `decode_layer` task's entry point) is the
+composition of the four per-layer fused ops (ops/compose.py) in every op set, so it computes
+exactly what they do; its origin is theirs when they share one ("torch", "triton+pdl"), else
+"composed". A candidate or a pack replaces it whole.
 
 Plain ops (`PLAIN_OPS`) serve prefill and are the parts of the fused ops (`FUSED_OPS`) that
 decode calls. Replacing a plain op re-composes every fused op containing it from the new set
@@ -39,10 +46,11 @@ from evokernel import device as devices
 from evokernel.errors import TaskError
 from evokernel.ops import reference, sampling
 from evokernel.ops.candidates import entry_point, load_candidate, seed_path
-from evokernel.ops.compose import PARTS, composed
+from evokernel.ops.compose import LAYER_PARTS, PARTS, composed
 
 if TYPE_CHECKING:
     from evokernel.ops.decode import DecodeTuning
+    from evokernel.packs.format import Pack
 
 PLAIN_OPS: tuple[str, ...] = (
     "embed",
@@ -56,7 +64,8 @@ PLAIN_OPS: tuple[str, ...] = (
     "logits",
     "sample",
 )
-FUSED_OPS: tuple[str, ...] = tuple(PARTS)
+FUSED_OPS: tuple[str, ...] = tuple(PARTS)  # decode_layer last: it is made of the others
+KERNEL_OPS: tuple[str, ...] = tuple(n for n in FUSED_OPS if n != "decode_layer")  # ops/decode.py
 OP_NAMES: tuple[str, ...] = PLAIN_OPS + FUSED_OPS
 
 LINEAR_MAX_ROWS = 16
@@ -94,6 +103,7 @@ class OpSet:
     decode_attention_qkv: Op
     norm_logits: Op
     greedy_head: Op
+    decode_layer: Op
     origin: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -124,7 +134,7 @@ class OpSet:
         label = "triton+pdl" if use_pdl else "triton"
         return ops.replace(
             **{name: (functools.partial(getattr(decode, name), tuning=bound), label)
-               for name in FUSED_OPS}
+               for name in KERNEL_OPS}
         )  # fmt: skip
 
     @classmethod
@@ -154,8 +164,12 @@ class OpSet:
         origin = dict(self.origin)
         fns = {}
         new = dataclasses.replace(self)  # composed ops look their parts up on this copy
-        for name in names:
+        for name in (n for n in FUSED_OPS if n in names):  # decode_layer after its parts
             fns[name] = composed(new, name)
+            if name == "decode_layer":
+                labels = {origin.get(part) for part in LAYER_PARTS}
+                origin[name] = str(labels.pop()) if len(labels) == 1 else "composed"
+                continue
             torch_only = all(origin.get(part) == "torch" for part in PARTS[name])
             origin[name] = "torch" if torch_only else "composed"
         object.__setattr__(new, "origin", origin)
@@ -172,6 +186,15 @@ class OpSet:
         if op_name == "linear":
             fn = decode_sized_linear(fn)
         return self.replace(**{op_name: (fn, str(path))})
+
+    def with_pack(self, pack: Pack) -> OpSet:
+        """A copy whose `decode_layer` runs, per call, the program `pack` chose for the
+        context bucket holding `max_len` (a host-side int, fixed per captured CUDA graph),
+        or this op set's own `decode_layer` where the pack keeps the baseline. The pack's
+        programs are imported here, once (evokernel.packs.dispatch)."""
+        from evokernel.packs.dispatch import packed_ops
+
+        return packed_ops(self, pack)
 
     def __getitem__(self, name: str) -> Op:
         if name not in OP_NAMES:

@@ -3,8 +3,10 @@
 A task is a named problem a candidate file solves (`evokernel.tasks.base.Task`): an interface,
 a float64 reference, seeded public and hidden scenarios, tolerances per dtype, stock baselines
 and a roofline byte count. Each task lives in `evokernel.tasks.<name>` with a `task()` factory
-and a seed candidate (`seed.py`). Task modules import torch only (never Triton), so the
-evaluator's parent process can load them before it decides the Triton mode.
+and a seed candidate (`seed.py`). A task at a model shape (`decode_layer`) also takes a shape
+suffix, `decode_layer@H2048-Hq16-Hkv8-D128-I6144`, which its module's `task(spec)` parses.
+Task modules import torch only (never Triton), so the evaluator's parent process can load them
+before it decides the Triton mode.
 """
 
 from __future__ import annotations
@@ -20,16 +22,30 @@ _MODULES = {
     "gqa_decode_attention": "evokernel.tasks.gqa_decode_attention.task",
     "decode_linear": "evokernel.tasks.decode_linear.task",
 }
+# Tasks at a model shape: `name` is the default shape, `name@SPEC` another (the module's
+# `task(spec)` parses SPEC); not listed by `all_tasks`.
+_SHAPED = {
+    "decode_layer": "evokernel.tasks.decode_layer.task",
+}
 
 TASK_NAMES: tuple[str, ...] = tuple(_MODULES)
+SHAPED_TASKS: tuple[str, ...] = tuple(_SHAPED)
 
 
 @cache
 def get_task(name: str) -> Task:
-    """The task named `name`; raises `TaskError` listing the known names."""
+    """The task named `name` (`decode_layer@SPEC`: at another shape); raises `TaskError`
+    listing the known names."""
+    base, at, spec = name.partition("@")
+    if base in _SHAPED:
+        made = importlib.import_module(_SHAPED[base]).task(spec if at else None)
+        assert isinstance(made, Task) and made.name == name, f"{base} must build {name}"
+        return made
     module = _MODULES.get(name)
     if module is None:
-        known = ", ".join(TASK_NAMES)
+        if at and base in _MODULES:
+            raise TaskError(f"task {base!r} takes no shape suffix ({name!r})")
+        known = ", ".join(TASK_NAMES + SHAPED_TASKS)
         raise TaskError(f"unknown task {name!r} (known: {known})")
     made = importlib.import_module(module).task()
     assert isinstance(made, Task) and made.name == name, f"{module}.task() must build {name}"
@@ -40,4 +56,4 @@ def all_tasks() -> list[Task]:
     return [get_task(name) for name in TASK_NAMES]
 
 
-__all__ = ["TASK_NAMES", "TaskError", "all_tasks", "get_task"]
+__all__ = ["SHAPED_TASKS", "TASK_NAMES", "TaskError", "all_tasks", "get_task"]

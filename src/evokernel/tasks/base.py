@@ -13,6 +13,18 @@ Who calls what, and where:
   * the candidate's worker process: `make_inputs` (on its device), `perturb`, `output_spec`,
     `baselines`. Never `reference`.
 
+In-place outputs: a task whose entry point writes some of its inputs (a decode layer appends
+K and V to the cache) names them in `writes`. The worker then does not count their change as
+tampering; `observe(inputs, out, before)` turns the call's return value and the written inputs
+into the one tensor judged against `reference` (which returns the same layout), and reports a
+write outside the allowed region as a reason line. After each correctness call the worker
+restores the written inputs from `before`, so repeated calls see the same inputs.
+
+Graph timing: with `graph_layers` = L > 0, on a GPU each implementation is timed as a CUDA
+graph of L consecutive calls on L distinct input copies (distinct weights, cold L2, as the
+engine's layers run), replayed; a call's time is the replay's over L. Code that cannot be
+captured (a host sync, a fresh allocation pattern per call) fails the timed phase.
+
 Determinism: `make_inputs(scenario, seed, dtype, device)` and `perturb(inputs, seed)` are pure
 functions of their arguments (a `torch.Generator` on the inputs' device, tasks/rng.py), so the
 parent and the worker build bit-identical inputs from the same seed: on the CPU anywhere, on a
@@ -141,6 +153,18 @@ class Task(ABC):
 
     @abstractmethod
     def flops(self, scenario: Scenario) -> int: ...
+
+    # --- in-place outputs and graph timing (see the module doc) --------------------------
+    writes: tuple[str, ...] = ()
+    graph_layers: int = 0
+
+    def observe(
+        self, inputs: Inputs, out: Any, before: Mapping[str, torch.Tensor] | None = None
+    ) -> torch.Tensor | str:
+        """The tensor judged against `reference` for one call that returned `out`; `before`
+        (the written inputs' contents before the call, during correctness checks) lets the
+        task report a stray write as a reason line. Default: `out` itself."""
+        return out  # type: ignore[no-any-return]
 
     def rotating_bytes(self, scenario: Scenario, dtype: torch.dtype) -> int:
         """Bytes of one input set that a real workload reads cold (weights, KV cache); the

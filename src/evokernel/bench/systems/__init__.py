@@ -1,6 +1,8 @@
 """The systems `evokernel bench decode` can run, by name, imported only when run.
 
     evokernel   our engine (Triton ops + CUDA graph on CUDA)           systems/evokernel.py
+    evokernel_pack  the same engine with the `--kernels` pack's programs (added to the run
+                whenever a pack is given, so pack and no pack are measured in one run)
     gptfast     gpt-fast-style PyTorch model, torch.compile            systems/gptfast.py
     hf_eager    transformers, SDPA, growing DynamicCache                systems/hf.py
     hf_compile  transformers, StaticCache + its compiled call           systems/hf.py
@@ -18,7 +20,7 @@ import torch
 
 from evokernel.bench.systems.base import System
 
-SYSTEM_NAMES = ("evokernel", "gptfast", "hf_eager", "hf_compile", "vllm")
+SYSTEM_NAMES = ("evokernel", "evokernel_pack", "gptfast", "hf_eager", "hf_compile", "vllm")
 
 
 def skip_reason(name: str, device: str) -> str | None:
@@ -41,13 +43,19 @@ def load_system(
     dtype: torch.dtype,
     max_len: int,
     engine_ops: str | None = None,
+    engine_kernels: str | Path | None = None,
 ) -> System:
     """`max_len`: the most positions any session of this run will need; `engine_ops`: our
-    engine's op set (None: its device default)."""
-    if name == "evokernel":
+    engine's op set (None: its device default); `engine_kernels`: a kernel pack our engine
+    runs as `evokernel_pack` (every other system, `evokernel` included, ignores it)."""
+    if name in ("evokernel", "evokernel_pack"):
         from evokernel.bench.systems.evokernel import EvokernelSystem
 
-        return EvokernelSystem(model_dir, device, dtype, engine_ops)
+        if name == "evokernel":
+            return EvokernelSystem(model_dir, device, dtype, engine_ops)
+        if engine_kernels is None:
+            raise ValueError("evokernel_pack needs a kernel pack (--kernels)")
+        return EvokernelSystem(model_dir, device, dtype, engine_ops, engine_kernels)
     if name == "gptfast":
         from evokernel.bench.systems.gptfast import GptFastSystem
 

@@ -1,6 +1,7 @@
 """Our engine in the decode benchmark, through its public API only.
 
-    model = load_engine(dir, device, dtype, ops)          # default: Triton on CUDA, torch on CPU
+    model = load_engine(dir, device, dtype, ops, kernels=pack)   # default: Triton on CUDA,
+                                                          # torch on CPU; pack: --kernels
     cache = model.new_cache(1, cache_len)                 # right-sized per position
     runner = DecodeRunner(model, cache, use_graph=cuda, greedy=True)   # before prefill
     first = sample(model.prefill(ids, lengths, cache))    # TTFT
@@ -30,11 +31,20 @@ class EvokernelSystem:
     host_timed = False
 
     def __init__(
-        self, model_dir: str | Path, device: str, dtype: torch.dtype, ops: str | None = None
+        self,
+        model_dir: str | Path,
+        device: str,
+        dtype: torch.dtype,
+        ops: str | None = None,
+        kernels: str | Path | None = None,
     ) -> None:
         # Triton on the CPU runs under its (slow) interpreter: torch ops there by default.
         self.ops = ops or ("triton" if device == "cuda" else "torch")
-        self.model: Qwen3Model | None = load_engine(model_dir, device, dtype, self.ops)
+        self.kernels = kernels
+        self.name = "evokernel" if kernels is None else "evokernel_pack"
+        self.model: Qwen3Model | None = load_engine(
+            model_dir, device, dtype, self.ops, kernels=kernels
+        )
         self.graph = device == "cuda"
 
     def open(self, prompt: list[int], need: int) -> _Session:
@@ -45,7 +55,13 @@ class EvokernelSystem:
         return inference()
 
     def setup(self) -> dict[str, Any]:
-        return {"ops": self.ops, "cuda_graph": self.graph, "cache": "static, right-sized"}
+        return {
+            "ops": self.ops,
+            "kernels": str(self.kernels) if self.kernels is not None else None,
+            "op_origin": dict(self.model.ops.origin) if self.model is not None else {},
+            "cuda_graph": self.graph,
+            "cache": "static, right-sized",
+        }
 
     def close(self) -> None:
         self.model = None

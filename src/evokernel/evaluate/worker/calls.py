@@ -31,6 +31,7 @@ from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import reason
 from evokernel.evaluate.worker.guards import Guards
+from evokernel.tasks.base import Task
 
 CUDA_ERROR_MARKERS = (
     "CUDA error",
@@ -177,16 +178,44 @@ def poison_intact() -> bool:
     return bool(_get_det() and _get_fill())
 
 
+def observed(
+    task: Task, inputs: dict[str, Any], out: Any, before: dict[str, torch.Tensor] | None
+) -> tuple[Any, str | None]:
+    """(the task's observation of one call, None) or (None, reason line)."""
+    got = task.observe(inputs, out, before)
+    if isinstance(got, str):
+        return None, got
+    return got, None
+
+
+def restore(inputs: dict[str, Any], before: dict[str, torch.Tensor], names: set[str]) -> None:
+    """Written inputs back to their contents before the call (same storage)."""
+    for name in names:
+        now, saved = inputs.get(name), before.get(name)
+        if not _is_tensor(now) or saved is None:
+            continue
+        assert isinstance(now, torch.Tensor)
+        if now.shape == saved.shape and now.dtype == saved.dtype:
+            now.copy_(saved)
+
+
 def check_job(
     caller: Caller,
     fn: Callable[..., Any],
     inputs: dict[str, Any],
     perturb: Callable[[dict[str, Any]], None] | None,
     repeat: bool = True,
+    task: Task | None = None,
 ) -> list[CallRecord]:
     """Two calls on `inputs` (one when not `repeat`), then one after `perturb` (when given).
     One record per call: the output (exact type, device, a copy of the tensor) or the reason
-    it has none, plus the names of the inputs it mutated."""
+    it has none, plus the names of the inputs it mutated.
+
+    With a `task` that writes inputs in place (`task.writes`), their change is not counted as
+    mutation: the recorded output is `task.observe(inputs, out, before)` (or its reason line),
+    and the written inputs are restored from `before` after each call, so every call sees the
+    same inputs."""
+    writes = set(task.writes) if task is not None else set()
     records: list[CallRecord] = []
     plan = ["same", "same"] if repeat else ["same"]
     plan += ["perturbed"] if perturb is not None else []
@@ -201,7 +230,10 @@ def check_job(
             intact = poison_intact()
         if not intact:
             line = reason("patched", "memory poisoning was switched off by the call")
-        changed = mutated(before, inputs)
+        changed = [name for name in mutated(before, inputs) if name not in writes]
+        if line is None and task is not None and writes:
+            out, line = observed(task, inputs, out, {k: before[k] for k in writes if k in before})
+        restore(inputs, before, writes)
         if line is not None:
             records.append(CallRecord(step=step, mutated=changed, reason=line))
             break

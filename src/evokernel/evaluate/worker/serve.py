@@ -177,7 +177,7 @@ class Session:
             seed = msg.perturb_seed
             perturb = lambda x: self.task.perturb(x, seed)
         self.caller.limit_device_memory()
-        records = check_job(self.caller, self.entry, inputs, perturb, msg.repeat)
+        records = check_job(self.caller, self.entry, inputs, perturb, msg.repeat, task=self.task)
         return p.Checked(records=records, problems=self.guards.problems())
 
     def _timed_scenario(self, msg: p.Time) -> Any:

@@ -14,6 +14,14 @@ candidate and the baselines), so it knows which inputs every call saw. Each call
   3. waits for event 1 (the launching stream is done), reads the host clock, synchronizes the
      whole device and reads it again: the gap ("tail") is work still running on other streams.
 
+Graph timing (a task with `graph_layers` = L > 0, on a GPU): a call is the replay of a CUDA
+graph of L consecutive calls of one implementation on the next L copies (each perturbed first,
+outside the events), as the engine's layers run; its time is the replay's over L. Each
+implementation's graphs are captured on first use (after one eager call per copy, so that
+compilation and library set-up stay out of the capture), one per starting copy; candidate code
+that cannot be captured is rejected (`graph-capture`) and the worker discarded. The recheck
+output of a replay is its first call's, observed on that call's copy.
+
 Three times during the timed rounds (after each third of them), a few calls per
 implementation run without the spin, timed by events and by a synchronized host clock around
 the same call (the host/event cross-check; `Series.xbatch` says which of the three batches a
@@ -40,9 +48,10 @@ from typing import Any
 
 import torch
 
+from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import Recheck, Series, Time
 from evokernel.evaluate.result import reason
-from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs
+from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs, observed
 from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.rng import derive_seed
 
@@ -57,6 +66,9 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _ev_sync = torch.cuda.Event.synchronize
 _sleep = torch.cuda._sleep
+_CUDAGraph = torch.cuda.CUDAGraph
+_graph = torch.cuda.graph
+_Stream = torch.cuda.Stream
 _gc_collect, _gc_disable, _gc_enable = gc.collect, gc.disable, gc.enable
 _gc_isenabled = gc.isenabled
 
@@ -138,6 +150,11 @@ class TimedScenario:
         if self.cuda:
             self.ev0, self.ev1 = _Event(enable_timing=True), _Event(enable_timing=True)
             self.stream = caller.guards.launch_stream or _current_stream()
+        self.layers = task.graph_layers if self.cuda and task.graph_layers > 0 else 0
+        assert not self.layers or len(self.copies) >= self.layers, "fewer copies than layers"
+        self.graphs: dict[tuple[str, int], tuple[Any, Any]] = {}  # (name, first copy)
+        self.capture_stream: Any = None
+        self.last_inputs: dict[str, Any] = {}
         self._first_baseline_calls()
         self.counter = 0
         _gc_collect()  # here (before the exclusive hold when prepared ahead), not in run()
@@ -165,22 +182,72 @@ class TimedScenario:
         self.counter += 1
         return inputs
 
-    def _timed_call(self, name: str, spin_us: float) -> tuple[Any, str | None, list[float]]:
-        """(output, reason, [event_us, tail_us, enqueue_us])"""
+    def _next_call(self, name: str) -> Callable[[], Any]:
+        """Perturb the next call's inputs (L copies in graph mode; `last_inputs` is the
+        first's) and return what launches it: the implementation on them, or the replay of
+        its graph over them."""
+        if not self.layers:
+            inputs = self.last_inputs = self._prepare()
+            fn = self.fns[name]
+            return lambda: fn(**inputs)
+        first = self.counter % len(self.copies)
+        self.last_inputs = self.copies[first]
+        for _ in range(self.layers):
+            self._prepare()
+        graph, out = self._graph(name, first)
+
+        def replay() -> Any:
+            graph.replay()
+            return out
+
+        return replay
+
+    def _graph(self, name: str, first: int) -> tuple[Any, Any]:
+        """The CUDA graph of `name` over copies first..first+L-1 and its first call's output,
+        captured on first use. Raises FatalError (`graph-capture`) when it cannot be."""
+        key = (name, first)
+        if key in self.graphs:
+            return self.graphs[key]
         fn = self.fns[name]
-        inputs = self._prepare()
+        seq = [self.copies[(first + j) % len(self.copies)] for j in range(self.layers)]
+        if self.capture_stream is None:
+            self.capture_stream = _Stream()  # trusted code: the capture's side stream
+        graph = _CUDAGraph()
+        try:
+            if not any(k[0] == name for k in self.graphs):
+                with self.caller.guards.active():
+                    for inputs in seq:  # compile and library set-up outside the capture
+                        fn(**inputs)
+                _cuda_sync()
+            with _graph(graph, stream=self.capture_stream), self.caller.guards.active():
+                outs = [fn(**inputs) for inputs in seq]
+            _cuda_sync()
+        except BaseException as err:
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            text = f"{type(err).__name__}: {err}"[:300]
+            line = reason("graph-capture", f"{name}: {text}; the worker was discarded")
+            raise FatalError(line) from None
+        self.graphs[key] = (graph, outs[0])
+        return self.graphs[key]
+
+    def _timed_call(self, name: str, spin_us: float) -> tuple[Any, str | None, list[float]]:
+        """(output, reason, [event_us, tail_us, enqueue_us]); in graph mode event_us is the
+        replay's over the L calls it holds."""
         if not self.cuda:
+            launch = self._next_call(name)
             t0 = _perf()
-            out, line = self.caller.call(fn, inputs)
+            out, line = self.caller.call(lambda **_: launch(), {})
             t1 = _perf()
             return out, line, [(t1 - t0) * 1e6, 0.0, 0.0]
+        launch = self._next_call(name)
         if spin_us > 0:
             _sleep(int(spin_us * self.spin_rate))
         t0 = _perf()
         _record(self.ev0, self.stream)
         with self.caller.guards.active():
             try:
-                out = fn(**inputs)
+                out = launch()
             except BaseException as err:
                 if isinstance(err, KeyboardInterrupt):
                     raise
@@ -194,20 +261,29 @@ class TimedScenario:
             t3 = _perf()
         except BaseException as err:
             return None, self._classified(err), []
-        return out, None, [_elapsed(self.ev0, self.ev1) * 1e3, (t3 - t2) * 1e6, (t1 - t0) * 1e6]
+        event_us = _elapsed(self.ev0, self.ev1) * 1e3 / max(1, self.layers)
+        return out, None, [event_us, (t3 - t2) * 1e6, (t1 - t0) * 1e6]
+
+    def _observed(self, out: Any) -> tuple[Any, str | None]:
+        """A copy of what the parent re-checks for the call just made: its output, or the
+        task's observation of it (in-place outputs) on that call's inputs."""
+        if not self.task.writes:
+            return out.detach().clone(), None
+        got, line = observed(self.task, self.last_inputs, out, None)
+        return (got.detach().clone() if got is not None else None), line
 
     def _classified(self, err: BaseException) -> str:
         return classify(err, self.caller.path)
 
     def _cross_check(self, name: str) -> tuple[float, float] | str:
         """(host_us, event_us) of one call without the spin, or a reason line."""
-        inputs = self._prepare()
+        launch = self._next_call(name)
         _cuda_sync()
         t0 = _perf()
         _record(self.ev0, self.stream)
         try:
             with self.caller.guards.active():
-                self.fns[name](**inputs)
+                launch()
             _record(self.ev1, self.stream)
             _cuda_sync()
         except BaseException as err:
@@ -301,7 +377,10 @@ class TimedScenario:
                 for key, value in zip(("event_us", "tail_us", "enqueue_us"), figures):
                     raw[name][key].append(value)
                 if name == "candidate" and index - self.timed_from in self.recheck:
-                    rechecks.append(Recheck(index - self.timed_from, counter, out.detach().clone()))
+                    kept, line = self._observed(out)
+                    if line is not None:
+                        return TimingOutcome(reason=line, implementation=name)
+                    rechecks.append(Recheck(index - self.timed_from, counter, kept))
             for batch, mark in enumerate(marks):
                 if mark == index:
                     failed = self._cross_check_batch(batch, raw)

@@ -1,0 +1,65 @@
+"""The op a kernel pack puts in an OpSet: `decode_layer` chosen per call by context bucket.
+
+    ops = OpSet.triton().with_pack(pack)        # = packed_ops(OpSet.triton(), pack)
+    ops.decode_layer(h, ..., max_len)           # the pack's program for max_len's bucket,
+                                                # or the op set's own decode_layer ("baseline")
+
+`max_len` is the engine's host-side bound on the context (a Python int, the runner's bucket),
+so choosing costs no device work and no sync, and a captured CUDA graph holds the program of
+its own bucket. The pack's programs are imported once, here (ops/candidates.load_candidate;
+Triton's mode must be set first: `evokernel.device.prepare`). Apply a pack last: replacing one
+of decode_layer's parts afterwards re-composes decode_layer without the pack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from evokernel.ops.candidates import entry_point, load_candidate
+from evokernel.packs.format import Pack, TaskTable
+
+if TYPE_CHECKING:
+    from evokernel.ops.registry import OpSet
+
+
+class PackedOp:
+    """`table`'s programs, one per context bucket, in front of `baseline`."""
+
+    def __init__(self, table: TaskTable, pack: Pack, baseline: Callable[..., Any]) -> None:
+        self.table = table
+        self.baseline = baseline
+        loaded: dict[str, Callable[..., Any]] = {}
+        for e in table.entries:
+            if not e.is_baseline and e.program not in loaded:
+                loaded[e.program] = load_candidate(pack.path / e.program, entry_point(table.op))
+        self._fns = [baseline if e.is_baseline else loaded[e.program] for e in table.entries]
+        self._bounds = [e.max_len for e in table.entries]
+        self._chosen: dict[int, Callable[..., Any]] = {}
+
+    def program(self, max_len: int) -> str:
+        """What serves bound `max_len`: a program path (relative to the pack) or "baseline"."""
+        return self.table.entry_for(max_len).program
+
+    def choose(self, max_len: int) -> Callable[..., Any]:
+        fn = self._chosen.get(max_len)
+        if fn is None:
+            index = next((i for i, b in enumerate(self._bounds) if max_len <= b), -1)
+            fn = self._chosen[max_len] = self._fns[index]
+        return fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        max_len = kwargs["max_len"] if "max_len" in kwargs else args[-1]
+        return self.choose(int(max_len))(*args, **kwargs)
+
+
+def packed_ops(ops: OpSet, pack: Pack) -> OpSet:
+    """`ops` with each op the pack has a table for dispatched through it. Its origin becomes
+    "pack:<dir>" where at least one bucket runs a program; a table of baselines only leaves
+    the op as it was."""
+    for table in pack.tasks.values():
+        if all(e.is_baseline for e in table.entries):
+            continue
+        op = PackedOp(table, pack, ops[table.op])
+        ops = ops.replace(**{table.op: (op, f"pack:{pack.path}")})
+    return ops

@@ -1,0 +1,220 @@
+"""The kernel pack's file format (pack.json), its device and model-shape keys.
+
+pack.json, format version 1 (every key required unless marked):
+
+    {
+      "format": "evokernel-pack", "format_version": 1,
+      "created": "2025-01-31T12:00:00Z",          UTC
+      "evokernel": "0.1.0",                        the version that wrote it
+      "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": "9.0",
+                 "driver": "550.54.15" | null},    on the CPU: {"kind": "cpu", "name": "cpu",
+                                                   "capability": null, "driver": null}
+      "software": {"torch": "2.8.0", "triton": "3.4.0" | null, "cuda": "12.8" | null},
+      "model": {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+                "head_dim": 128, "intermediate_size": 3072, "dtype": "bfloat16"},
+      "tasks": {
+        "<task name>": {
+          "op": "decode_layer",                    the engine op its programs replace
+          "run": "runs/<task name>",               the search it came from (informative)
+          "rule": "...",                           the dispatch rule in words (informative)
+          "dispatch": [                            ascending max_len; an entry serves the
+            {"max_len": 256,                       bounds above the previous entry's up to
+             "scenario": "b1_ctx512",              its own (the last one also beyond)
+             "context": 512,
+             "program": "programs/<file>.py" | "baseline",
+             "program_id": "p0007" | null,
+             "speedup": 1.06 | null,               median ratio vs the fastest baseline
+             "speedup_ci": [1.02, 1.09] | null},   its bootstrap 95% interval
+            ...]}}
+    }
+
+`max_len` is the engine's host-side bound on the context (engine/graph.py `context_buckets`):
+the bound a CUDA graph is captured for. The dtype is the one the programs were checked and timed
+in (the device's default: bfloat16 on CUDA, float32 on the CPU).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.errors import EvokernelError
+from evokernel.model.config import Qwen3Config
+
+FORMAT = "evokernel-pack"
+FORMAT_VERSION = 1
+PACK_FILE = "pack.json"
+PROGRAMS_DIR = "programs"
+RUNS_DIR = "runs"
+BASELINE = "baseline"
+
+# Engine ops a pack may replace, by the base name of the task that searches them.
+PACK_OPS: dict[str, str] = {"decode_layer": "decode_layer"}
+
+SHAPE_KEYS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+)
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class PackError(EvokernelError):
+    """A kernel pack that cannot be written or is refused: one line naming the pack."""
+
+
+@dataclass(frozen=True)
+class PackEntry:
+    max_len: int
+    scenario: str
+    context: int
+    program: str  # "programs/<file>.py" relative to the pack directory, or "baseline"
+    program_id: str | None = None
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.program == BASELINE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_len": self.max_len,
+            "scenario": self.scenario,
+            "context": self.context,
+            "program": self.program,
+            "program_id": self.program_id,
+            "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci) if self.speedup_ci is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    task: str
+    op: str
+    entries: tuple[PackEntry, ...]
+    run: str = ""
+    rule: str = ""
+
+    def entry_for(self, max_len: int) -> PackEntry:
+        """The entry serving context bound `max_len`: the first whose max_len >= it, else
+        the last."""
+        for entry in self.entries:
+            if max_len <= entry.max_len:
+                return entry
+        return self.entries[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "run": self.run,
+            "rule": self.rule,
+            "dispatch": [e.to_dict() for e in self.entries],
+        }
+
+
+@dataclass(frozen=True)
+class Pack:
+    path: Path  # the pack directory
+    created: str
+    evokernel: str
+    device: dict[str, Any]
+    software: dict[str, Any]
+    model: dict[str, Any]
+    tasks: dict[str, TaskTable] = field(default_factory=dict)
+
+    def table_for(self, op: str) -> TaskTable | None:
+        """The dispatch table of the task that replaces engine op `op` (None: no such task)."""
+        return next((t for t in self.tasks.values() if t.op == op), None)
+
+    def programs(self) -> list[Path]:
+        """Every program file the pack's tables name, once each."""
+        names = {e.program for t in self.tasks.values() for e in t.entries if not e.is_baseline}
+        return [self.path / name for name in sorted(names)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": self.created,
+            "evokernel": self.evokernel,
+            "device": self.device,
+            "software": self.software,
+            "model": self.model,
+            "tasks": {name: t.to_dict() for name, t in self.tasks.items()},
+        }
+
+
+def task_op(task: str) -> str | None:
+    """The engine op a task's programs replace (`decode_layer@H...` -> `decode_layer`)."""
+    return PACK_OPS.get(task.split("@", 1)[0])
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+
+
+def shape_key(cfg: Qwen3Config, dtype: torch.dtype | str) -> dict[str, Any]:
+    """The model shape a pack is for: the layer's shapes and the dtype it runs in."""
+    return {**{k: getattr(cfg, k) for k in SHAPE_KEYS}, "dtype": dtype_name(dtype)}
+
+
+def describe_shape(key: dict[str, Any]) -> str:
+    """`hidden 1024, heads 16:8, head_dim 128, intermediate 3072`."""
+    return (
+        f"hidden {key.get('hidden_size')}, heads {key.get('num_attention_heads')}:"
+        f"{key.get('num_key_value_heads')}, head_dim {key.get('head_dim')}, "
+        f"intermediate {key.get('intermediate_size')}"
+    )
+
+
+def describe_device(device: str) -> dict[str, Any]:
+    """This machine's `device` as a pack records it: the GPU's name, compute capability and
+    driver (null when nvidia-smi does not answer); on the CPU the name is "cpu"."""
+    if device != "cuda":
+        return {"kind": "cpu", "name": "cpu", "capability": None, "driver": None}
+    index = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return {
+        "kind": "cuda",
+        "name": torch.cuda.get_device_name(index),
+        "capability": f"{major}.{minor}",
+        "driver": nvidia_driver(),
+    }
+
+
+def nvidia_driver() -> str | None:
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = proc.stdout.strip().splitlines()
+    return lines[0].strip() if proc.returncode == 0 and lines else None
+
+
+def software_versions() -> dict[str, Any]:
+    """torch, Triton (read from its metadata: importing triton fixes its mode) and CUDA."""
+    try:
+        triton: str | None = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = None
+    return {"torch": torch.__version__, "triton": triton, "cuda": torch.version.cuda}
+
+
+def safe_name(text: str) -> str:
+    """`text` as a file-name part: ASCII letters, digits, `.`, `_`, `-` and `@` only (a task
+    name such as `decode_layer@H64-Hq4-Hkv2-D32-I192` stays as it is)."""
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "._-@" else "_" for c in text)

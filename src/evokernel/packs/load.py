@@ -1,0 +1,219 @@
+"""Read a kernel pack and refuse one that does not belong here, with a one-line reason.
+
+    pack = load_pack(pack_dir, cfg, device, dtype)
+
+Refused (`PackError`, exit 2 on the CLI): a directory without a readable pack.json; another
+format or format version; malformed keys; an unknown dtype; a pack from another GPU model
+(device names compared; a CPU pack on a GPU and the reverse too); another model shape (hidden,
+heads, kv heads, head_dim, intermediate); a dtype other than the engine's (when `dtype` is
+given); a dispatch table whose bounds do not ascend; a program file that is missing or lies
+outside the pack. Programs are not imported here (`OpSet.with_pack` does that, once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.model.config import Qwen3Config
+from evokernel.packs.format import (
+    DTYPES,
+    FORMAT,
+    FORMAT_VERSION,
+    PACK_FILE,
+    SHAPE_KEYS,
+    Pack,
+    PackEntry,
+    PackError,
+    TaskTable,
+    describe_device,
+    describe_shape,
+    dtype_name,
+    shape_key,
+    task_op,
+)
+
+
+def load_pack(
+    path: str | Path, cfg: Qwen3Config, device: str, dtype: torch.dtype | str | None = None
+) -> Pack:
+    """The pack in directory `path`, checked against the checkpoint `cfg`, this machine's
+    `device` ("cuda" | "cpu") and, when given, the engine's `dtype`."""
+    pack = read_pack(path)
+    where = f"kernel pack {pack.path}"
+    here = describe_device(device)
+    if pack.device.get("name") != here["name"]:
+        raise PackError(
+            f"{where} was tuned on {_device_text(pack.device)}; this machine runs "
+            f"{_device_text(here)}: tune a pack here (evokernel tune)"
+        )
+    want = shape_key(cfg, pack.model["dtype"])
+    if any(pack.model.get(k) != want[k] for k in SHAPE_KEYS):
+        raise PackError(
+            f"{where} is for a model with {describe_shape(pack.model)}; this checkpoint has "
+            f"{describe_shape(want)}"
+        )
+    if dtype is not None and dtype_name(dtype) != pack.model["dtype"]:
+        raise PackError(
+            f"{where} was tuned for {pack.model['dtype']}; the engine runs {dtype_name(dtype)} "
+            f"(pass --dtype {pack.model['dtype']})"
+        )
+    return pack
+
+
+def read_pack(path: str | Path) -> Pack:
+    """Parse and check pack.json in `path` (its own consistency, not its fit to a model)."""
+    root = Path(path)
+    where = f"kernel pack {root}"
+    if not root.is_dir():
+        raise PackError(f"{where}: no such directory")
+    file = root / PACK_FILE
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise PackError(f"{where}: no {PACK_FILE} (write one with evokernel tune)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PackError(f"{where}: cannot read {PACK_FILE}: {_reason(err)}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PackError(f"{where}: {PACK_FILE} is not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise PackError(f"{where}: {PACK_FILE} is not a JSON object")
+    fmt, version = doc.get("format"), doc.get("format_version")
+    if fmt != FORMAT or version != FORMAT_VERSION:
+        raise PackError(
+            f"{where}: unknown format {fmt!r} version {version!r} (this evokernel reads "
+            f"{FORMAT!r} version {FORMAT_VERSION})"
+        )
+    check = _Checker(where)
+    device = check.obj(doc, "device")
+    check.string(device, "name", "device")
+    software = check.obj(doc, "software")
+    model = check.obj(doc, "model")
+    for key in SHAPE_KEYS:
+        value = model.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise PackError(f"{where}: model.{key} must be a positive integer, got {value!r}")
+    dtype = model.get("dtype")
+    if dtype not in DTYPES:
+        raise PackError(f"{where}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    tasks = {}
+    seen_ops: dict[str, str] = {}
+    for name, raw in check.obj(doc, "tasks").items():
+        table = _task(check, root, name, raw)
+        if table.op in seen_ops:
+            raise PackError(
+                f"{where}: tasks {seen_ops[table.op]} and {name} both replace {table.op}"
+            )
+        seen_ops[table.op] = name
+        tasks[name] = table
+    return Pack(
+        path=root,
+        created=str(doc.get("created", "")),
+        evokernel=str(doc.get("evokernel", "")),
+        device=device,
+        software=software,
+        model=model,
+        tasks=tasks,
+    )
+
+
+def _task(check: _Checker, root: Path, name: str, raw: Any) -> TaskTable:
+    where = f"tasks.{name}"
+    if not isinstance(raw, dict):
+        raise PackError(f"{check.where}: {where} is not an object")
+    op = raw.get("op")
+    if op is None or op != task_op(name):
+        raise PackError(
+            f"{check.where}: {where}: unknown task or op {op!r} (packs carry decode_layer tasks)"
+        )
+    rows = raw.get("dispatch")
+    if not isinstance(rows, list) or not rows:
+        raise PackError(f"{check.where}: {where}.dispatch must be a non-empty list")
+    entries = []
+    last = 0
+    for i, row in enumerate(rows):
+        at = f"{where}.dispatch[{i}]"
+        if not isinstance(row, dict):
+            raise PackError(f"{check.where}: {at} is not an object")
+        bound = row.get("max_len")
+        if not isinstance(bound, int) or isinstance(bound, bool) or bound <= last:
+            raise PackError(
+                f"{check.where}: {at}.max_len must be an integer above {last} (bounds ascend), "
+                f"got {bound!r}"
+            )
+        last = bound
+        program = check.string(row, "program", at)
+        if program != "baseline":
+            _program_file(check.where, root, program, at)
+        entries.append(
+            PackEntry(
+                max_len=bound,
+                scenario=str(row.get("scenario", "")),
+                context=int(row.get("context") or 0),
+                program=program,
+                program_id=row.get("program_id"),
+                speedup=_number(row.get("speedup")),
+                speedup_ci=_interval(row.get("speedup_ci")),
+            )
+        )
+    return TaskTable(
+        task=name,
+        op=op,
+        entries=tuple(entries),
+        run=str(raw.get("run", "")),
+        rule=str(raw.get("rule", "")),
+    )
+
+
+def _program_file(where: str, root: Path, program: str, at: str) -> None:
+    file = (root / program).resolve()
+    if not file.is_relative_to(root.resolve()):
+        raise PackError(f"{where}: {at}.program {program!r} lies outside the pack")
+    if not file.is_file():
+        raise PackError(f"{where}: program file {program} is missing")
+
+
+class _Checker:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def obj(self, doc: dict[str, Any], key: str) -> dict[str, Any]:
+        value = doc.get(key)
+        if not isinstance(value, dict):
+            raise PackError(f"{self.where}: {key} must be an object, got {value!r}"[:300])
+        return value
+
+    def string(self, doc: dict[str, Any], key: str, at: str) -> str:
+        value = doc.get(key)
+        if not isinstance(value, str) or not value:
+            raise PackError(f"{self.where}: {at}.{key} must be a non-empty string")
+        return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, list) and len(value) == 2:
+        lo, hi = _number(value[0]), _number(value[1])
+        if lo is not None and hi is not None:
+            return (lo, hi)
+    return None
+
+
+def _device_text(device: dict[str, Any]) -> str:
+    name = str(device.get("name"))
+    return "the CPU" if name == "cpu" else name
+
+
+def _reason(err: Exception) -> str:
+    return str(getattr(err, "strerror", None) or err)

@@ -1,0 +1,213 @@
+"""`evokernel tune`: search every engine task at a checkpoint's shapes, then write a pack.
+
+    outcome = tune(TuneRequest(model_dir, out, budget_minutes=30), stream=sys.stdout)
+
+For each engine task (`engine_tasks(cfg)`; today `decode_layer` at the checkpoint's shapes)
+the evolutionary search of `evokernel evolve` (evolve/session.py, the offline mutator unless
+the configuration gives others weight) runs in PACK_DIR/runs/<task>: a new run the first time,
+the same run resumed afterwards. Then `write_pack` writes PACK_DIR/pack.json and programs/.
+
+Budget: `budget_minutes` is this invocation's wall-clock budget, shared evenly by the tasks
+still to run (each session stops launching new iterations when its share is spent; those in
+flight finish). `iterations` is the run's iteration target (as `evolve --iterations`). Without
+it, a budget alone searches until the budget is spent; with neither, a new run takes the
+configuration's `budget.iterations` and a resumed run goes on to its own target (a run that
+only had a budget: the configuration's, never below what it has done). A resumed run keeps its
+stored configuration: `config` must then match it (budget and backend aside) or is refused.
+A PACK_DIR whose pack.json is for another GPU model or model shape is refused.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from evokernel.errors import ConfigError
+from evokernel.model.config import Qwen3Config
+from evokernel.packs.format import RUNS_DIR, Pack, safe_name
+
+# Qwen3-0.6B's layer shapes: the plain `decode_layer` task name (docs/layer-task.md).
+QWEN3_06B_LAYER = (1024, 16, 8, 128, 3072)
+
+
+def layer_task_name(cfg: Qwen3Config) -> str:
+    """The `decode_layer` task at `cfg`'s shapes (the task's `decode_layer_name`; before that
+    package exists, the documented name `documented_layer_name` builds)."""
+    try:
+        from evokernel.tasks.decode_layer.task import decode_layer_name
+    except ModuleNotFoundError as err:
+        if err.name not in ("evokernel.tasks.decode_layer", "evokernel.tasks.decode_layer.task"):
+            raise
+        return documented_layer_name(cfg)
+    return str(decode_layer_name(cfg))
+
+
+def documented_layer_name(cfg: Qwen3Config) -> str:
+    """`decode_layer` for Qwen3-0.6B's layer shapes, else
+    `decode_layer@H<hidden>-Hq<heads>-Hkv<kv heads>-D<head_dim>-I<intermediate>`
+    (docs/layer-task.md)."""
+    shape = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.intermediate_size,
+    )
+    if shape == QWEN3_06B_LAYER:
+        return "decode_layer"
+    return "decode_layer@H{}-Hq{}-Hkv{}-D{}-I{}".format(*shape)
+
+
+def engine_tasks(cfg: Qwen3Config) -> list[str]:
+    """The kernel tasks whose winners the engine can run, at `cfg`'s shapes."""
+    return [layer_task_name(cfg)]
+
+
+@dataclass
+class TuneRequest:
+    model_dir: Path
+    out: Path
+    budget_minutes: float | None = None
+    iterations: int | None = None
+    device: str | None = None
+    config: Path | None = None
+
+
+@dataclass
+class TaskRun:
+    task: str
+    run_dir: Path
+    resumed: bool
+    stop_reason: str
+    text: str  # the run's end-of-session summary (evolve's table)
+
+
+@dataclass
+class TuneOutcome:
+    pack: Pack
+    runs: list[TaskRun] = field(default_factory=list)
+
+
+def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
+    """Run (or resume) each engine task's search into req.out/runs/<task>, then write the
+    pack in req.out. Bad input raises a one-line `EvokernelError` before anything is created;
+    an interrupt propagates (KeyboardInterrupt) after the run has recorded it."""
+    from evokernel import device as devices
+    from evokernel.evolve.config import MAX_ITERATIONS, MAX_SECONDS, load_config
+    from evokernel.packs.write import write_pack
+
+    out = stream or sys.stdout
+    if req.iterations is not None and not 0 <= req.iterations <= MAX_ITERATIONS:
+        raise ConfigError(f"--iterations must be in [0, {MAX_ITERATIONS}], got {req.iterations}")
+    if req.budget_minutes is not None and not 0 < req.budget_minutes * 60 <= MAX_SECONDS:
+        raise ConfigError(f"--budget-minutes must be in (0, {MAX_SECONDS / 60:g}]")
+    cfg = Qwen3Config.from_dir(req.model_dir)
+    search_cfg = load_config(req.config)
+    device = devices.resolve(req.device)
+    devices.prepare(device)
+    if req.out.exists() and not req.out.is_dir():
+        raise ConfigError(f"--out: {req.out} is not a directory")
+    _same_pack(req.out, cfg, device)
+    tasks = engine_tasks(cfg)
+    started = time.monotonic()
+    runs = []
+    for i, task in enumerate(tasks):
+        wall = search_cfg.budget.wall_time_s
+        if req.budget_minutes is not None:
+            left = req.budget_minutes * 60 - (time.monotonic() - started)
+            wall = max(left / (len(tasks) - i), 0.001)  # 0 would mean "no limit"
+        run_dir = req.out / RUNS_DIR / safe_name(task)
+        runs.append(_search(task, run_dir, device, req, wall, out))
+    pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
+    return TuneOutcome(pack, runs)
+
+
+def _same_pack(out: Path, cfg: Qwen3Config, device: str) -> None:
+    """Refuse a PACK_DIR whose pack.json was tuned on another GPU model or for another model
+    shape: its runs' timings would mix with this machine's, or its programs not fit."""
+    from evokernel.packs.format import PACK_FILE, PackError
+    from evokernel.packs.load import load_pack
+
+    if not (out / PACK_FILE).exists():
+        return
+    try:
+        load_pack(out, cfg, device)
+    except PackError as err:
+        raise PackError(f"--out: {err}; choose another --out") from None
+
+
+def _search(
+    task: str, run_dir: Path, device: str, req: TuneRequest, wall_s: float, stream: TextIO
+) -> TaskRun:
+    from evokernel.evolve.config import MAX_ITERATIONS, config_from_dict, load_config
+    from evokernel.evolve.problem import KernelProblem
+    from evokernel.evolve.rundir import RunDir
+    from evokernel.evolve.session import Session, create_session, resume_session
+    from evokernel.evolve.summary import summarize
+
+    wanted = load_config(req.config)
+    resumed = RunDir(run_dir).exists()
+    session: Session
+    if resumed:
+        print(f"tune {task}: resuming {run_dir}", file=stream)
+        session = resume_session(run_dir, device=device, task=task)
+        try:
+            if req.config is not None and _differs(wanted.to_dict(), session.cfg.to_dict()):
+                raise ConfigError(
+                    f"{run_dir} was started with another configuration than {req.config}; "
+                    "a resumed run keeps its own (give the same file, or none)"
+                )
+            done = summarize(session.db).iterations_done
+            target = _target(req, wanted.budget.iterations, MAX_ITERATIONS)
+            if req.iterations is None and req.budget_minutes is None:
+                # Neither flag: go on to the run's own target; a budget-only run's (unlimited)
+                # or a given --config's becomes the configured one, never below what is done.
+                kept = session.target < MAX_ITERATIONS and req.config is None
+                target = session.target if kept else max(target, done)
+            if target < done:
+                raise ConfigError(
+                    f"--iterations {target} is below the {done} iterations {run_dir} has done"
+                )
+            if target != session.target:
+                state = {"finished": False, "stop_reason": ""}
+                session.db.commit(meta={"iterations_target": target, "state": state})
+        except BaseException:
+            session.close()
+            raise
+    else:
+        print(f"tune {task}: new run in {run_dir}", file=stream)
+        data = wanted.to_dict()
+        data["budget"]["iterations"] = _target(req, wanted.budget.iterations, MAX_ITERATIONS)
+        data["budget"]["wall_time_s"] = wall_s
+        search_cfg = config_from_dict(data)
+        problem = KernelProblem(task, device, search_cfg)
+        session = create_session(run_dir, problem, search_cfg)
+    data = session.cfg.to_dict()
+    data["budget"]["wall_time_s"] = wall_s
+    session.cfg = config_from_dict(data)  # this session's budget; the rest stays the run's
+    try:
+        outcome = session.execute(stream=stream)
+    finally:
+        session.close()
+    return TaskRun(task, run_dir, resumed, outcome.stop_reason, outcome.text())
+
+
+def _target(req: TuneRequest, configured: int, unlimited: int) -> int:
+    if req.iterations is not None:
+        return req.iterations
+    return unlimited if req.budget_minutes is not None else configured
+
+
+def _differs(a: dict, b: dict) -> bool:
+    """Whether two configurations differ beyond what a resumed run may change."""
+
+    def core(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k not in ("budget", "backend")}
+
+    return core(a) != core(b)
+
+
+__all__ = ["TuneOutcome", "TuneRequest", "engine_tasks", "tune"]

@@ -1,0 +1,266 @@
+"""Write a kernel pack from finished search runs (their dispatch.json and programs).
+
+    pack = write_pack([RUN_DIR, ...], cfg, PACK_DIR, device)
+
+The dispatch rule (docs/layer-task.md), per task and per engine context bucket `max_len` in
+`context_buckets(cfg.max_position_embeddings)` (engine/graph.py: the bounds CUDA graphs are
+captured for): take the smallest public scenario whose context (the longest of its `seq_lens`)
+is >= the bound, else the largest scenario; the bucket gets the program the run's dispatch
+table chose for that scenario (evolve/dispatch.py: the correct program whose speedup interval
+against the fastest baseline lies wholly above 1), or "baseline" (the engine's own layer) where
+it kept the baseline. On the CPU interpreter nothing is timed, so every bucket is baseline.
+
+Scenario parameters come from the task (`get_task(name).scenarios(device)`), or from the
+caller (`scenarios`: task name -> scenarios). The chosen programs are copied to
+PACK_DIR/programs/<task>-<program id>.py (from the run's programs/ directory, else from its
+database); pack.json is written last, atomically, and program files it no longer names are
+removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel import __version__
+from evokernel.errors import EvokernelError
+from evokernel.model.config import Qwen3Config
+from evokernel.packs.format import (
+    BASELINE,
+    PACK_FILE,
+    PROGRAMS_DIR,
+    Pack,
+    PackEntry,
+    PackError,
+    TaskTable,
+    describe_device,
+    describe_shape,
+    safe_name,
+    shape_key,
+    software_versions,
+    task_op,
+)
+from evokernel.tasks.base import Scenario
+
+RULE = (
+    "per context bucket: the winner of the smallest public scenario whose context >= the "
+    "bound (else the largest scenario), where its speedup interval lies wholly above 1; "
+    "else the baseline (the engine's own layer)"
+)
+
+
+def scenario_context(s: Scenario) -> int:
+    """The longest context a scenario runs: max(seq_lens) (else its cache length S_max)."""
+    lens = s.params.get("seq_lens")
+    if lens:
+        return int(max(lens))
+    if "S_max" in s.params:
+        return int(s.params["S_max"])
+    raise PackError(f"scenario {s.name} has neither seq_lens nor S_max: no context to dispatch by")
+
+
+def choose_scenarios(bounds: Sequence[int], scenarios: Iterable[Scenario]) -> list[Scenario]:
+    """Per bound, the smallest public scenario whose context is >= it, else the largest one
+    (ties: fewer sequences, then the name)."""
+    public = sorted(
+        (s for s in scenarios if not s.hidden),
+        key=lambda s: (scenario_context(s), int(s.params.get("B", 1)), s.name),
+    )
+    if not public:
+        raise PackError("the task has no public scenarios to dispatch by")
+    chosen = []
+    for bound in bounds:
+        chosen.append(next((s for s in public if scenario_context(s) >= bound), public[-1]))
+    return chosen
+
+
+def write_pack(
+    run_dirs: Path | str | Sequence[Path | str],
+    cfg: Qwen3Config,
+    out_dir: Path | str,
+    device: str,
+    scenarios: Mapping[str, Sequence[Scenario]] | None = None,
+) -> Pack:
+    """Write PACK_DIR = `out_dir` from the finished runs `run_dirs` (one per task, each with
+    dispatch.json) for the checkpoint `cfg` on this machine's `device`; return the pack."""
+    from evokernel.engine.graph import context_buckets
+
+    runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
+    out = Path(out_dir)
+    bounds = context_buckets(cfg.max_position_embeddings)
+    tables: dict[str, TaskTable] = {}
+    files: dict[str, str] = {}  # pack-relative program path -> source
+    for run in runs:
+        doc = _dispatch_doc(run)
+        task = str(doc.get("task", ""))
+        op = task_op(task)
+        if op is None:
+            raise PackError(f"run {run} searched {task!r}, which no engine op runs")
+        if task in tables:
+            raise PackError(f"two runs of {task} given")
+        if doc.get("device") not in (None, device):
+            raise PackError(f"run {run} ran on {doc.get('device')}, the pack is for {device}")
+        listed = scenarios[task] if scenarios is not None and task in scenarios else None
+        public = list(listed) if listed is not None else _task_scenarios(task, device)
+        rows = {str(e.get("scenario")): e for e in doc.get("scenarios", [])}
+        entries = []
+        for bound, s in zip(bounds, choose_scenarios(bounds, public)):
+            entry, source = _entry(run, task, bound, s, rows.get(s.name))
+            if source is not None:
+                files[entry.program] = source
+            entries.append(entry)
+        tables[task] = TaskTable(task, op, tuple(entries), run=_relative(run, out), rule=RULE)
+    pack = Pack(
+        path=out,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        evokernel=__version__,
+        device=describe_device(device),
+        software=software_versions(),
+        model=shape_key(cfg, _timed_dtype(device)),
+        tasks=tables,
+    )
+    _save(pack, files)
+    return pack
+
+
+def _timed_dtype(device: str) -> torch.dtype:
+    from evokernel import device as devices
+
+    return devices.default_dtype(device)
+
+
+def _dispatch_doc(run: Path) -> dict[str, Any]:
+    file = run / "dispatch.json"
+    try:
+        doc = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise PackError(f"run {run} has no dispatch.json: finish the run first") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PackError(f"run {run}: cannot read dispatch.json: {err}") from None
+    if not isinstance(doc, dict):
+        raise PackError(f"run {run}: dispatch.json is not a JSON object")
+    return doc
+
+
+def _task_scenarios(task: str, device: str) -> list[Scenario]:
+    from evokernel.tasks import get_task
+
+    return list(get_task(task).scenarios(device))
+
+
+def _entry(
+    run: Path, task: str, bound: int, s: Scenario, row: Mapping[str, Any] | None
+) -> tuple[PackEntry, str | None]:
+    context = scenario_context(s)
+    baseline = PackEntry(bound, s.name, context, BASELINE)
+    if row is None:
+        return baseline, None
+    program = str(row.get("program", BASELINE))
+    ci = row.get("speedup_ci")
+    # The run's table already keeps only wins; checked again, as the rule is the pack's too.
+    if program == BASELINE or not (isinstance(ci, list) and len(ci) == 2 and ci[0] > 1.0):
+        return baseline, None
+    name = f"{PROGRAMS_DIR}/{safe_name(task)}-{safe_name(program)}.py"
+    entry = PackEntry(
+        max_len=bound,
+        scenario=s.name,
+        context=context,
+        program=name,
+        program_id=program,
+        speedup=float(row["speedup"]) if row.get("speedup") is not None else None,
+        speedup_ci=(float(ci[0]), float(ci[1])),
+    )
+    return entry, _program_source(run, program, str(row.get("file") or ""))
+
+
+def _program_source(run: Path, program: str, file: str) -> str:
+    """The program's code: the run's copy (programs/<id>.py), else its database's."""
+    if file:
+        try:
+            return (run / file).read_text()
+        except OSError:
+            pass
+    from evokernel.evolve.database import Database
+
+    try:
+        db = Database(run / "programs.sqlite", readonly=True)
+    except EvokernelError as err:
+        raise PackError(f"run {run}: no source of program {program}: {err}") from None
+    try:
+        if program not in db:
+            raise PackError(f"run {run}: dispatch.json names program {program}, which it lacks")
+        return str(db.get(program).code)
+    finally:
+        db.close()
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _save(pack: Pack, files: Mapping[str, str]) -> None:
+    from evokernel.evolve.rundir import atomic_write
+
+    out = pack.path
+    if out.exists() and not out.is_dir():
+        raise PackError(f"kernel pack {out} exists and is not a directory")
+    try:
+        (out / PROGRAMS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PackError(f"cannot create {out / PROGRAMS_DIR}: {err.strerror or err}") from None
+    before = _named_programs(out)
+    for name, source in files.items():
+        atomic_write(out / name, source)
+    atomic_write(out / PACK_FILE, json.dumps(pack.to_dict(), indent=2) + "\n")
+    for name in before - set(files):  # only files the previous pack.json named
+        with contextlib.suppress(OSError):
+            os.unlink(out / name)
+
+
+def _named_programs(out: Path) -> set[str]:
+    """The program files an existing pack.json in `out` names (none when it is unreadable)."""
+    try:
+        doc = json.loads((out / PACK_FILE).read_text())
+        tables = doc["tasks"].values()
+        names = {str(e["program"]) for t in tables for e in t["dispatch"]}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
+    prefix = f"{PROGRAMS_DIR}/"
+    return {n for n in names if n.startswith(prefix) and "/" not in n[len(prefix) :]}
+
+
+def format_pack(pack: Pack) -> str:
+    """The pack's tables as plain text: per task, bucket -> program or baseline, speedup."""
+    where = "the CPU" if pack.device.get("name") == "cpu" else str(pack.device.get("name"))
+    lines = [
+        f"kernel pack {pack.path}: {where}, {pack.model.get('dtype')}, {describe_shape(pack.model)}"
+    ]
+    for task, table in pack.tasks.items():
+        lines.append(f"{task} (op {table.op}):")
+        rows = [("max_len", "scenario", "chosen", "speedup [95% CI]")]
+        for e in table.entries:
+            speed = "-"
+            if e.speedup is not None and e.speedup_ci is not None:
+                speed = f"{e.speedup:.3f}x [{e.speedup_ci[0]:.3f}, {e.speedup_ci[1]:.3f}]"
+            rows.append((str(e.max_len), e.scenario, e.program, speed))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for j, r in enumerate(rows):
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            if j == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
+    if pack.device.get("kind") == "cpu":
+        lines.append("(CPU interpreter: nothing is timed; every bucket keeps the baseline)")
+    return "\n".join(lines)
+
+
+__all__ = ["RULE", "choose_scenarios", "format_pack", "scenario_context", "write_pack"]

@@ -1,0 +1,100 @@
+"""Hand-written kernel packs and candidate programs for the pack tests (real files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evokernel.engine.graph import context_buckets
+from evokernel.model.config import Qwen3Config
+from evokernel.packs.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    describe_device,
+    shape_key,
+    software_versions,
+)
+
+# A correct `decode_layer` made of the torch reference ops (so the engine's tokens do not
+# change), counting its calls by context bound.
+LAYER_PROGRAM = """
+from evokernel.ops import reference as R
+
+CALLS = []
+
+
+def decode_layer(h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm,
+                 gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens,
+                 scale, eps, max_len):
+    CALLS.append(int(max_len))
+    B = h.shape[0]
+    qkv = R.linear(R.rms_norm(h, input_norm, eps), qkv_proj)
+    q = R.qk_norm_rope_append(qkv.view(B, 1, -1), q_norm, k_norm, cos, sin,
+                              positions.view(B, 1), k_cache, v_cache, eps)
+    n = min(max_len, k_cache.shape[2])
+    attn = R.decode_attention(q.view(B, -1, q.shape[-1]), k_cache[:, :, :n],
+                              v_cache[:, :, :n], seq_lens, scale).reshape(B, -1)
+    h = h + R.linear(attn, o_proj)
+    act = R.silu_mul(R.linear(R.rms_norm(h, post_attn_norm, eps), gate_up_proj))
+    return h + R.linear(act, down_proj)
+"""
+
+# A wrong one: drops the MLP. verify must fail with it.
+BROKEN_PROGRAM = """
+def decode_layer(h, *args):
+    return h
+"""
+
+
+def write_hand_pack(
+    out: Path,
+    cfg: Qwen3Config,
+    programs: dict[int, str] | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    **overrides: Any,
+) -> Path:
+    """A pack for `cfg` on `device`: the engine's context buckets of cfg, each bucket's
+    program source from `programs` (bound -> source; missing: baseline). `overrides` replace
+    top-level keys of pack.json (e.g. device=..., format=...)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "programs").mkdir(exist_ok=True)
+    entries = []
+    for bound in context_buckets(cfg.max_position_embeddings):
+        source = (programs or {}).get(bound)
+        program = "baseline"
+        if source is not None:
+            program = f"programs/layer-{bound}.py"
+            (out / program).write_text(source)
+        entries.append({
+            "max_len": bound, "scenario": f"b1_ctx{bound}", "context": bound,
+            "program": program, "program_id": None if source is None else f"p{bound}",
+            "speedup": None if source is None else 1.1,
+            "speedup_ci": None if source is None else [1.05, 1.15],
+        })  # fmt: skip
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created": "2025-01-01T00:00:00Z",
+        "evokernel": "test",
+        "device": describe_device(device),
+        "software": software_versions(),
+        "model": shape_key(cfg, dtype),
+        "tasks": {"decode_layer@test": {"op": "decode_layer", "run": "", "dispatch": entries}},
+    }
+    doc.update(overrides)
+    (out / "pack.json").write_text(json.dumps(doc, indent=2))
+    return out
+
+
+def edit_pack(pack: Path, **changes: Any) -> None:
+    """Rewrite pack.json with top-level keys changed (None removes a key)."""
+    doc = json.loads((pack / "pack.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    (pack / "pack.json").write_text(json.dumps(doc))

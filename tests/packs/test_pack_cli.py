@@ -1,0 +1,147 @@
+"""`--kernels PACK` on generate, verify and bench decode, through the real CLI entry point."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, write_hand_pack
+
+from evokernel.cli import main
+from evokernel.engine.loading import load_engine
+from evokernel.model.config import Qwen3Config
+from evokernel.ops.candidates import load_candidate
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the hand-written packs are CPU packs"
+)
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def pack(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference-ops program in every bucket up to 1024, baseline beyond."""
+    cfg = Qwen3Config.from_dir(tiny_fp32)
+    return write_hand_pack(
+        tmp_path_factory.mktemp("pack") / "pack", cfg, {256: LAYER_PROGRAM, 1024: LAYER_PROGRAM}
+    )
+
+
+def _calls(pack: Path, bound: int) -> list[int]:
+    fn = load_candidate(pack / "programs" / f"layer-{bound}.py", "decode_layer")
+    calls: list[int] = fn.__globals__["CALLS"]
+    return calls
+
+
+GENERATE = ("--prompt-ids", "72,105,33,7", "--max-new-tokens", "6", "--ignore-eos")
+GENERATE += ("--device", "cpu", "--json")
+
+
+@pytest.mark.parametrize("ops", ["torch", "triton"])
+def test_generate_with_a_pack(tiny_fp32: Path, pack: Path, ops: str) -> None:
+    code, out, err = _main("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops)
+    assert code == 0, err
+    plain = json.loads(out.splitlines()[-1])
+    assert plain["kernels"] is None
+    calls = _calls(pack, 256)
+    calls.clear()
+    argv = ("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops, "--kernels", str(pack))
+    code, out, err = _main(*argv)
+    assert code == 0, err
+    packed = json.loads(out.splitlines()[-1])
+    assert packed["kernels"] == str(pack) and f"kernels {pack}" in out
+    assert packed["op_origin"]["decode_layer"] == f"pack:{pack}"
+    # 2 layers x 5 decode steps, each with the cache's bound (prompt + new tokens = 10)
+    assert calls == [10] * 10
+    if ops == "torch":  # the program is the torch ops: the same tokens, exactly
+        assert packed["tokens"] == plain["tokens"]
+
+
+def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
+    tiny_fp32: Path, pack: Path, tmp_path: Path
+) -> None:
+    base = ("verify", "--model", str(tiny_fp32), "--steps", "6", "--device", "cpu", "--json")
+    code, out, err = _main(*base, "--kernels", str(pack))
+    assert code == 0, err + out
+    record = json.loads(out.splitlines()[-1])
+    assert record["passed"] and record["kernels"] == str(pack)
+    assert record["ops"]["decode_layer"] == f"pack:{pack}"
+    cfg = Qwen3Config.from_dir(tiny_fp32)
+    broken = write_hand_pack(tmp_path / "broken", cfg, {256: BROKEN_PROGRAM})
+    code, out, err = _main(*base, "--kernels", str(broken))
+    assert code == 1 and "verify failed: KL mean" in err
+
+
+def test_engine_api_takes_a_pack_and_buckets_choose(tiny_fp32: Path, tmp_path: Path) -> None:
+    """A cache of 300 positions has buckets 256 and 300: each runs its own entry."""
+    cfg = Qwen3Config.from_dir(tiny_fp32)
+    pack = write_hand_pack(tmp_path / "p", cfg, {256: LAYER_PROGRAM})
+    model = load_engine(tiny_fp32, "cpu", None, "torch", kernels=pack)
+    from evokernel.engine.graph import DecodeRunner
+
+    cache = model.new_cache(1, 300)
+    runner = DecodeRunner(model, cache, use_graph=False, greedy=True)
+    calls = _calls(pack, 256)
+    calls.clear()
+    for position in (10, 255, 256, 299):  # seq_lens 11, 256 -> bucket 256; 257, 300 -> 300
+        runner.start(torch.tensor([3]), torch.tensor([position], dtype=torch.int32))
+        runner.step()
+    assert calls == [256, 256, 256, 256]  # two layers, two steps in bucket 256; none in 300
+
+
+def test_refused_packs_are_one_line_and_exit_2(
+    tiny_fp32: Path, tiny_wide: Path, tmp_path: Path, pack: Path
+) -> None:
+    cfg = Qwen3Config.from_dir(tiny_fp32)
+    gpu = write_hand_pack(tmp_path / "gpu", cfg)
+    edit_pack(gpu, device={"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0"})
+    fmt = write_hand_pack(tmp_path / "fmt", cfg, format="something-else")
+    cases = [
+        (tiny_wide, pack, "is for a model with hidden 64, heads 4:2, head_dim 32"),
+        (tiny_fp32, gpu, "was tuned on NVIDIA H200"),
+        (tiny_fp32, fmt, "unknown format 'something-else'"),
+        (tiny_fp32, tmp_path / "nowhere", "--kernels: no such directory"),
+    ]
+    bench_out = tmp_path / "bench.json"
+    for model, bad, message in cases:
+        for verb in (
+            ("generate", "--prompt-ids", "1,2", "--max-new-tokens", "2"),
+            ("verify", "--steps", "2"),
+            ("bench", "decode", "--baselines", "evokernel", "--out", str(bench_out)),
+        ):
+            argv = (*verb, "--model", str(model), "--device", "cpu", "--kernels", str(bad))
+            code, out, err = _main(*argv)
+            assert code == 2, (verb, err, out)
+            assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not bench_out.exists()
+
+
+def test_bench_decode_records_the_pack(tiny_fp32: Path, pack: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    code, _, err = _main(
+        "bench", "decode", "--model", str(tiny_fp32), "--baselines", "evokernel",
+        "--positions", "1,40", "--steps", "2", "--warmup", "0", "--power-window-ms", "0",
+        "--device", "cpu", "--kernels", str(pack), "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["options"]["kernels"] == str(pack)
+    assert f"--kernels {pack}" in doc["command"]
+    # The engine runs with and without the pack in the same run: ratios within one run.
+    assert {r["system"] for r in doc["results"]} == {"evokernel", "evokernel_pack"}
+    setup = doc["options"]["setup"]["evokernel_pack"]
+    assert setup["kernels"] == str(pack)
+    assert setup["op_origin"]["decode_layer"] == f"pack:{pack}"
+    plain = doc["options"]["setup"]["evokernel"]
+    assert plain["kernels"] is None and not plain["op_origin"]["decode_layer"].startswith("pack")
+    assert all(r["error"] is None for r in doc["results"])

@@ -1,0 +1,59 @@
+"""On a GPU: a pack's program runs inside the CUDA graph of its context bucket (and only
+there), and verify passes with it in bfloat16."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+from pack_files import LAYER_PROGRAM, write_hand_pack
+
+from evokernel.cli import main
+from evokernel.model.config import Qwen3Config
+from evokernel.model.random import write_random_checkpoint
+from evokernel.ops.candidates import load_candidate
+
+pytestmark = pytest.mark.gpu
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def qwen_2layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("q06"), "qwen3-0.6b", seed=0, dtype="bfloat16", layers=2
+    )
+
+
+def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Path) -> None:
+    cfg = Qwen3Config.from_dir(qwen_2layers)
+    pack = write_hand_pack(
+        tmp_path / "pack", cfg, {256: LAYER_PROGRAM}, device="cuda", dtype="bfloat16"
+    )
+    calls = load_candidate(pack / "programs" / "layer-256.py", "decode_layer").__globals__["CALLS"]
+    argv = ("generate", "--model", str(qwen_2layers), "--prompt-ids", "1,2,3,4",
+            "--max-new-tokens", "300", "--ignore-eos", "--ops", "torch", "--json")  # fmt: skip
+    code, out, err = _main(*argv)
+    assert code == 0, err
+    plain = json.loads(out.splitlines()[-1])
+    calls.clear()
+    code, out, err = _main(*argv, "--kernels", str(pack))
+    assert code == 0, err
+    packed = json.loads(out.splitlines()[-1])
+    assert packed["cuda_graph"] and packed["op_origin"]["decode_layer"] == f"pack:{pack}"
+    # Buckets 256 and 304 (the cache): the program is captured in 256's graph only.
+    assert calls and set(calls) == {256}
+    assert packed["tokens"] == plain["tokens"]  # the program is the torch ops
+    code, out, err = _main(
+        "verify", "--model", str(qwen_2layers), "--steps", "16", "--kernels", str(pack), "--json"
+    )
+    assert code == 0, err + out
+    assert json.loads(out.splitlines()[-1])["passed"]

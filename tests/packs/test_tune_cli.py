@@ -1,0 +1,147 @@
+"""`evokernel tune`: bad input refused in one line; on the CPU, a real (tiny) search that
+writes a pack `generate --kernels` loads, resumed by running tune again."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pack_files import write_hand_pack
+
+from evokernel.cli import main
+from evokernel.model.config import Qwen3Config
+from evokernel.model.presets import PRESETS
+from evokernel.packs import load_pack
+from evokernel.packs.tune import documented_layer_name, layer_task_name
+from evokernel.tasks import get_task
+
+
+def _layer_task_missing() -> bool:
+    try:
+        get_task("decode_layer")
+    except Exception:  # not written yet, or not registered
+        return True
+    return False
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _config(preset: str) -> Qwen3Config:
+    keys = Qwen3Config.__dataclass_fields__
+    return Qwen3Config(**{k: v for k, v in PRESETS[preset].items() if k in keys})
+
+
+def test_task_names_follow_the_documented_format() -> None:
+    assert documented_layer_name(_config("qwen3-0.6b")) == "decode_layer"
+    assert documented_layer_name(_config("qwen3-1.7b")) == "decode_layer@H2048-Hq16-Hkv8-D128-I6144"
+    assert documented_layer_name(_config("tiny")) == "decode_layer@H64-Hq4-Hkv2-D32-I192"
+    for preset in ("qwen3-0.6b", "qwen3-1.7b", "tiny"):  # the task's own helper agrees
+        assert layer_task_name(_config(preset)) == documented_layer_name(_config(preset))
+
+
+def test_help_names_the_flags() -> None:
+    with pytest.raises(SystemExit) as exit_, contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["tune", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(out.getvalue().split())
+    for flag in ("--model", "--out", "--budget-minutes", "--iterations", "--device", "--config"):
+        assert flag in text
+    assert "PACK_DIR/runs/<task>" in text and "--kernels PACK_DIR" in text
+
+
+def test_bad_input_is_one_line_and_creates_nothing(
+    tiny_fp32: Path, tiny_wide: Path, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("islands: [unclosed\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("islands:\n  cuont: 2\n")
+    (tmp_path / "nockpt").mkdir()
+    out = str(tmp_path / "pack")
+    model = str(tiny_fp32)
+    other = write_hand_pack(tmp_path / "other", Qwen3Config.from_dir(tiny_wide))
+    cases = [
+        (["--model", str(tmp_path / "missing"), "--out", out], "--model: no such directory"),
+        (["--model", str(tmp_path / "nockpt"), "--out", out], "config.json"),
+        (["--model", model, "--out", str(a_file)], "is a regular file, not a directory"),
+        (["--model", model, "--out", str(a_file / "sub")], "lies under"),
+        (["--model", model, "--out", out, "--config", str(tmp_path / "no.yaml")], "--config"),
+        (["--model", model, "--out", out, "--config", str(tmp_path)], "not a regular file"),
+        (["--model", model, "--out", out, "--config", str(bad_yaml)], "not valid YAML"),
+        (["--model", model, "--out", out, "--config", str(unknown)], "cuont"),
+        (["--model", model, "--out", out, "--iterations", "-1"], "--iterations must be >= 0"),
+        (["--model", model, "--out", out, "--iterations", "x"], "expected an integer"),
+        (["--model", model, "--out", out, "--budget-minutes", "0"], "--budget-minutes"),
+        (["--model", model, "--out", out, "--budget-minutes", "nan"], "--budget-minutes"),
+        (
+            ["--model", model, "--out", str(other)],
+            "is for a model with hidden 64, heads 4:2, head_dim 64",
+        ),
+    ]
+    for argv, message in cases:
+        code, _, err = _main("tune", *argv, "--device", "cpu")
+        assert code == 2, (argv, err)
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, (argv, err)
+    assert not (tmp_path / "pack").exists() and not (other / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU search; the GPU check tunes")
+@pytest.mark.skipif(_layer_task_missing(), reason="the decode_layer task is missing")
+def test_tune_writes_a_pack_that_generate_loads_and_resumes(
+    tiny_fp32: Path, tmp_path: Path
+) -> None:
+    pack = tmp_path / "pack"
+    base = ("tune", "--model", str(tiny_fp32), "--out", str(pack), "--device", "cpu")
+    # The seed's evaluation only.
+    code, out, err = _main(*base, "--iterations", "0", "--json")
+    assert code == 0, err + out
+    task = "decode_layer@H64-Hq4-Hkv2-D32-I192"
+    run_dir = pack / "runs" / task
+    assert f"new run in {run_dir}" in out
+    assert f"wrote {pack / 'pack.json'}" in out and "every bucket keeps the baseline" in out
+    record = json.loads(out.splitlines()[-1])
+    assert record["pack"] == str(pack) and record["runs"][task]["resumed"] is False
+    cfg = Qwen3Config.from_dir(tiny_fp32)
+    loaded = load_pack(pack, cfg, "cpu", torch.float32)
+    table = loaded.tasks[task]
+    assert table.op == "decode_layer" and table.run == f"runs/{task}"
+    assert [e.max_len for e in table.entries] == [256, 512, 1024, 2048, 4096]
+    assert all(e.is_baseline and e.scenario for e in table.entries)  # nothing timed on CPU
+    assert loaded.device["name"] == "cpu" and loaded.model["dtype"] == "float32"
+    assert (run_dir / "dispatch.json").is_file() and (pack / "programs").is_dir()
+
+    code, out, err = _main(
+        "generate", "--model", str(tiny_fp32), "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
+        "--device", "cpu", "--kernels", str(pack), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out.splitlines()[-1])["kernels"] == str(pack)
+
+    # Another configuration cannot change the run.
+    other = tmp_path / "other.yaml"
+    other.write_text("islands:\n  count: 2\n")
+    code, _, err = _main(*base, "--iterations", "1", "--config", str(other))
+    assert code == 2 and "another configuration" in err and err.count("\n") == 1, err
+
+    # Running tune again resumes the run: a tiny budget still finishes the iteration it starts.
+    code, out, err = _main(*base, "--budget-minutes", "0.001", "--json")
+    assert code == 0, err + out
+    assert f"resuming {run_dir}" in out
+    record = json.loads(out.splitlines()[-1])
+    assert record["runs"][task] == {"run_dir": str(run_dir), "stop_reason": "wall-time",
+                                    "resumed": True}  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["iterations_done"] >= 1
+    load_pack(pack, cfg, "cpu", torch.float32)
