@@ -3,6 +3,7 @@ EVOLVE-BLOCK never cut, deterministic, templates overridable."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -153,6 +154,39 @@ def test_artifacts_clipped_tail_for_stderr_head_for_profiler(toy_source):
     assert "stderr line 1999" in u and "stderr line 5\n" not in u
     assert "kernel_0 10us" in u and "kernel_1999" not in u
     assert "more lines cut" in u
+
+
+def test_profiler_kernel_list_shown_as_per_stage_breakdown(toy_source):
+    listing = {
+        "b1_ctx128": [
+            {"name": "norm_gemv_kernel", "stream": 7, "us": 6.0},
+            {"name": "attention_kernel", "stream": 7, "us": 2.0},
+            {"name": "gemv_add_kernel", "stream": 7, "us": 3.0},
+            {"name": "gemv_add_kernel", "stream": 7, "us": 5.0},
+            {"name": "norm_gate_up_kernel", "stream": 7, "us": 4.0},
+        ]
+    }
+    parent = ProgramView(
+        "p3", toy_source, 1.2, True, 1, 4, "x",
+        result=result(artifacts={"kernels": json.dumps(listing)}),
+    )  # fmt: skip
+    u = PromptBuilder(PromptConfig()).build(ctx(toy_source, parent=parent), "diff").user
+    assert "per-stage device time" in u
+    assert "b1_ctx128 (20.0 us in 5 GPU events)" in u
+    lines = [ln.split() for ln in u.splitlines() if ln.startswith("  ") and " us " in ln]
+    # summed per kernel, largest first, with its share of the call
+    assert [ln[0] for ln in lines] == [
+        "gemv_add_kernel", "norm_gemv_kernel", "norm_gate_up_kernel", "attention_kernel"
+    ]  # fmt: skip
+    assert lines[0][1:] == ["8.00", "us", "40%"]
+
+
+def test_stage_breakdown_leaves_other_text_alone():
+    from evokernel.evolve.prompts.stages import stage_breakdown
+
+    assert stage_breakdown("not json") is None
+    assert stage_breakdown('["a"]') is None
+    assert stage_breakdown('{"s": [{"name": "k"}]}') is None
 
 
 def test_size_bound_drops_inspirations_first_and_never_cuts_the_block(toy_source):

@@ -33,6 +33,7 @@ from evokernel.errors import ConfigError
 from evokernel.evaluate.result import EvalResult
 from evokernel.evolve.llm.client import prompt_text
 from evokernel.evolve.mutators.config import PromptConfig
+from evokernel.evolve.prompts.stages import stage_breakdown
 from evokernel.evolve.types import MutationContext, ProgramView
 from evokernel.tasks.blocks import BlockError, find_block
 
@@ -275,8 +276,9 @@ class PromptBuilder:
         ]
         artifacts = parent.result.artifacts if parent.result else {}
         if artifacts:
+            size = sizes.artifact_chars
             text = "\n\n".join(
-                f"### {key}\n```\n{clip(val.strip(), sizes.artifact_chars, _keep(key))}\n```"
+                f"### {_title(key)}\n```\n{clip(_shown(key, val), size, _keep(key))}\n```"
                 for key, val in sorted(artifacts.items())
                 if val.strip()
             )
@@ -309,6 +311,18 @@ class PromptBuilder:
         else:
             parts.append(self._fill(mode))
         return "\n\n".join(parts) + "\n"
+
+
+def _shown(key: str, value: str) -> str:
+    """An artifact as the prompt shows it: the profiler's kernel list as a per-stage breakdown
+    (prompts/stages.py), anything else as it is."""
+    if key == "kernels":
+        return stage_breakdown(value) or value.strip()
+    return value.strip()
+
+
+def _title(key: str) -> str:
+    return "kernels (per-stage device time of one call, per scenario)" if key == "kernels" else key
 
 
 def _keep(key: str) -> str:
