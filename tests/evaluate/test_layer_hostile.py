@@ -7,8 +7,9 @@ RoPE, and answering from a cache keyed on the inputs' addresses.
 
 The writes are in-place outputs (`Task.writes`): the worker judges `Task.observe`'s layout
 [h_out | K rows | V rows] and reports a write outside the token's rows as `cache-write`. All
-candidates here are torch-only files in layer_hostile/ (the static check passes them: the
-defences are dynamic), evaluated in one `evaluate_many` batch with two workers.
+candidates are torch-only (the static check passes them: the defences are dynamic): the honest
+layer in layer_hostile/ and variants of it made here by replacing one of its hooks, plus one
+file of its own, evaluated in one `evaluate_many` batch with two workers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,48 @@ TASK = "decode_layer"
 FILES = HERE / "layer_hostile"
 HONEST = "honest_torch_layer.py"
 
+WRITE = """def _write(k_cache, v_cache, rows, pos, k, v, raw_k):
+    k_cache[rows, :, pos] = k
+    v_cache[rows, :, pos] = v
+"""
+RESULT = """def _result(h, out):
+    return out
+"""
+
+# Attacks made from the honest layer by replacing its `_write` or `_result` (the hooks it keeps
+# for this): file -> (what it does, {honest text: attack text}). cache_by_pointer.py changes
+# more and is a file of its own.
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "returns_h.py": (
+        "writes the cache rows but skips the rest of the layer: returns h unchanged",
+        {RESULT: RESULT.replace("return out", "return h.clone()")},
+    ),
+    "returns_h_plus_constant.py": (
+        "writes the cache rows and returns h plus a constant instead of h + attention + MLP",
+        {RESULT: RESULT.replace("return out", "return h + 0.05")},
+    ),
+    "no_cache_write.py": (
+        "attends with the token's K and V but never writes them to the cache",
+        {WRITE: WRITE.split("\n")[0] + "\n    pass\n"},
+    ),
+    "writes_raw_k.py": (
+        "writes K as projected, without its RMSNorm and RoPE",
+        {"k_cache[rows, :, pos] = k\n": "k_cache[rows, :, pos] = raw_k\n"},
+    ),
+    "writes_next_row.py": (
+        "writes the token's K and V one row late (positions + 1, an off-by-one)",
+        {WRITE: WRITE.replace("pos] =", "(pos + 1).clamp(max=k_cache.shape[2] - 1)] =")},
+    ),
+    "writes_row_zero.py": (
+        "writes the token's K and V at position 0 of every sequence",
+        {WRITE: WRITE.replace("pos] =", "0] =")},
+    ),
+    "writes_extra_row.py": (
+        "writes the right rows, and the token's K and V over the previous token's rows too",
+        {WRITE: WRITE + WRITE.split("\n", 1)[1].replace("pos] =", "(pos - 1).clamp(min=0)] =")},
+    ),
+}
+
 # file -> reason codes allowed (the first one must be among them)
 EXPECTED: dict[str, set[str]] = {
     "returns_h.py": {"mismatch"},
@@ -37,11 +80,29 @@ EXPECTED: dict[str, set[str]] = {
 }
 
 
+def attack_source(name: str) -> str:
+    """The source of candidate `name`: a file in layer_hostile/, or a variant of the honest
+    layer (its docstring replaced by what the attack does)."""
+    if name not in VARIANTS:
+        return (FILES / name).read_text()
+    what, edits = VARIANTS[name]
+    source = (FILES / HONEST).read_text()
+    body = source.split('"""', 2)[2]
+    source = f'"""Hostile: {what}. Expected: {sorted(EXPECTED[name])[0]}."""{body}'
+    for before, after in edits.items():
+        assert source.count(before) == 1, (name, before)
+        source = source.replace(before, after)
+    return source
+
+
 @pytest.fixture(scope="module")
-def batch():
+def batch(tmp_path_factory):
     names = [*sorted(EXPECTED), HONEST]
+    here = tmp_path_factory.mktemp("layer_hostile")
+    for name in names:
+        (here / name).write_text(attack_source(name))
     options = EvalOptions(static_check=False, time=False, seed=11, timeout_s=60.0)
-    results = evaluate_many(TASK, [FILES / n for n in names], "cpu", options, workers=2)
+    results = evaluate_many(TASK, [here / n for n in names], "cpu", options, workers=2)
     return dict(zip(names, results))
 
 
@@ -75,7 +136,7 @@ def test_honest_torch_layer_passes(batch) -> None:
 
 @pytest.mark.parametrize("name", [*sorted(EXPECTED), HONEST])
 def test_attacks_pass_the_static_check(name: str) -> None:
-    assert check_source((FILES / name).read_text()) == []
+    assert check_source(attack_source(name)) == []
 
 
 @pytest.mark.slow
