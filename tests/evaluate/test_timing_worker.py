@@ -42,3 +42,16 @@ def test_each_baseline_is_first_called_when_the_inputs_are_built_not_in_the_time
     rounds = len(plan.request().rounds)
     assert calls["candidate"] == rounds  # the rounds call everyone once per round
     assert all(calls[b] - before[b] == rounds for b in baselines)
+
+
+def test_graph_timed_tasks_get_a_multiple_of_their_layers_in_copies_on_a_gpu_only() -> None:
+    """A replay consumes `graph_layers` consecutive copies: with fewer copies a graph would use
+    one copy twice (its second call seeing the first's writes), and with a count that is no
+    multiple of the layers the graphs would start at every offset."""
+    from evokernel.evaluate.plan import graph_copies
+
+    layer, linear = get_task("decode_layer"), get_task("decode_linear")
+    assert layer.graph_layers == 4 and linear.graph_layers == 0
+    assert [graph_copies(n, layer, "cuda") for n in (1, 2, 4, 5, 9)] == [4, 4, 4, 8, 12]
+    assert graph_copies(5, layer, "cpu") == 5  # the CPU times eagerly
+    assert graph_copies(5, linear, "cuda") == 5

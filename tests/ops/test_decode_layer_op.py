@@ -15,30 +15,8 @@ from evokernel.ops.rope import rope_table
 
 H, HQ, HKV, D, INTER, S = 64, 4, 2, 32, 96, 40
 
-LAYER_CANDIDATE = '''
-import torch
-
-from evokernel.ops import reference as R
-
-CALLS = []
-
-
-def decode_layer(h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm,
-                 gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens,
-                 scale, eps, max_len):
-    """The torch op sequence, returning a new tensor (h is left as it was)."""
-    CALLS.append(int(max_len))
-    B = h.shape[0]
-    qkv = R.linear(R.rms_norm(h, input_norm, eps), qkv_proj)
-    q = R.qk_norm_rope_append(qkv.view(B, 1, -1), q_norm, k_norm, cos, sin,
-                              positions.view(B, 1), k_cache, v_cache, eps)
-    n = min(max_len, k_cache.shape[2])
-    attn = R.decode_attention(q.view(B, -1, q.shape[-1]), k_cache[:, :, :n],
-                              v_cache[:, :, :n], seq_lens, scale).reshape(B, -1)
-    h = h + R.linear(attn, o_proj)
-    act = R.silu_mul(R.linear(R.rms_norm(h, post_attn_norm, eps), gate_up_proj))
-    return h + R.linear(act, down_proj)
-'''
+# The pack tests' torch-ops layer program (returns a new tensor, counts its calls in CALLS).
+LAYER_CANDIDATE = (Path(__file__).parents[1] / "packs" / "torch_layer_program.py").read_text()
 
 
 def _layer_inputs(B: int, seed: int = 0, device: str = "cpu") -> dict:

@@ -16,7 +16,7 @@ from evokernel.cli import main
 from evokernel.model.config import Qwen3Config
 from evokernel.model.presets import PRESETS
 from evokernel.packs import load_pack
-from evokernel.packs.tune import documented_layer_name, layer_task_name
+from evokernel.packs.tune import engine_tasks
 from evokernel.tasks import get_task
 
 
@@ -41,11 +41,9 @@ def _config(preset: str) -> Qwen3Config:
 
 
 def test_task_names_follow_the_documented_format() -> None:
-    assert documented_layer_name(_config("qwen3-0.6b")) == "decode_layer"
-    assert documented_layer_name(_config("qwen3-1.7b")) == "decode_layer@H2048-Hq16-Hkv8-D128-I6144"
-    assert documented_layer_name(_config("tiny")) == "decode_layer@H64-Hq4-Hkv2-D32-I192"
-    for preset in ("qwen3-0.6b", "qwen3-1.7b", "tiny"):  # the task's own helper agrees
-        assert layer_task_name(_config(preset)) == documented_layer_name(_config(preset))
+    assert engine_tasks(_config("qwen3-0.6b")) == ["decode_layer"]
+    assert engine_tasks(_config("qwen3-1.7b")) == ["decode_layer@H2048-Hq16-Hkv8-D128-I6144"]
+    assert engine_tasks(_config("tiny")) == ["decode_layer@H64-Hq4-Hkv2-D32-I192"]
 
 
 def test_help_names_the_flags() -> None:

@@ -42,6 +42,7 @@ transitively, their plain ops, so replacing any of them re-composes the layer);
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,7 @@ def composed(ops: OpSet, name: str) -> Callable[..., Any]:
     if name == "greedy_head":
         return lambda *args: _greedy_head(ops, *args)
     if name == "decode_layer":
-        return lambda *args: _layer(ops, *args)
+        return functools.partial(_layer, ops)  # keywords too: the task calls it so
     raise KeyError(name)
 
 

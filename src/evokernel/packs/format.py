@@ -36,7 +36,6 @@ in (the device's default: bfloat16 on CUDA, float32 on the CPU).
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,7 +177,7 @@ def describe_shape(key: dict[str, Any]) -> str:
 
 def describe_device(device: str) -> dict[str, Any]:
     """This machine's `device` as a pack records it: the GPU's name, compute capability and
-    driver (null when nvidia-smi does not answer); on the CPU the name is "cpu"."""
+    driver (null when NVML does not answer); on the CPU the name is "cpu"."""
     if device != "cuda":
         return {"kind": "cpu", "name": "cpu", "capability": None, "driver": None}
     index = torch.cuda.current_device()
@@ -187,22 +186,15 @@ def describe_device(device: str) -> dict[str, Any]:
         "kind": "cuda",
         "name": torch.cuda.get_device_name(index),
         "capability": f"{major}.{minor}",
-        "driver": nvidia_driver(),
+        "driver": _driver(index),
     }
 
 
-def nvidia_driver() -> str | None:
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = proc.stdout.strip().splitlines()
-    return lines[0].strip() if proc.returncode == 0 and lines else None
+def _driver(index: int) -> str | None:
+    from evokernel.bench.nvml import Nvml
+
+    gpu = Nvml.open(index)
+    return gpu.driver() if gpu is not None else None
 
 
 def software_versions() -> dict[str, Any]:

@@ -29,41 +29,12 @@ from evokernel.errors import ConfigError
 from evokernel.model.config import Qwen3Config
 from evokernel.packs.format import RUNS_DIR, Pack, safe_name
 
-# Qwen3-0.6B's layer shapes: the plain `decode_layer` task name (docs/layer-task.md).
-QWEN3_06B_LAYER = (1024, 16, 8, 128, 3072)
-
-
-def layer_task_name(cfg: Qwen3Config) -> str:
-    """The `decode_layer` task at `cfg`'s shapes (the task's `decode_layer_name`; before that
-    package exists, the documented name `documented_layer_name` builds)."""
-    try:
-        from evokernel.tasks.decode_layer.task import decode_layer_name
-    except ModuleNotFoundError as err:
-        if err.name not in ("evokernel.tasks.decode_layer", "evokernel.tasks.decode_layer.task"):
-            raise
-        return documented_layer_name(cfg)
-    return str(decode_layer_name(cfg))
-
-
-def documented_layer_name(cfg: Qwen3Config) -> str:
-    """`decode_layer` for Qwen3-0.6B's layer shapes, else
-    `decode_layer@H<hidden>-Hq<heads>-Hkv<kv heads>-D<head_dim>-I<intermediate>`
-    (docs/layer-task.md)."""
-    shape = (
-        cfg.hidden_size,
-        cfg.num_attention_heads,
-        cfg.num_key_value_heads,
-        cfg.head_dim,
-        cfg.intermediate_size,
-    )
-    if shape == QWEN3_06B_LAYER:
-        return "decode_layer"
-    return "decode_layer@H{}-Hq{}-Hkv{}-D{}-I{}".format(*shape)
-
 
 def engine_tasks(cfg: Qwen3Config) -> list[str]:
     """The kernel tasks whose winners the engine can run, at `cfg`'s shapes."""
-    return [layer_task_name(cfg)]
+    from evokernel.tasks.decode_layer.task import decode_layer_name
+
+    return [decode_layer_name(cfg)]
 
 
 @dataclass

@@ -234,10 +234,10 @@ class TimedScenario:
     def _timed_call(self, name: str, spin_us: float) -> tuple[Any, str | None, list[float]]:
         """(output, reason, [event_us, tail_us, enqueue_us]); in graph mode event_us is the
         replay's over the L calls it holds."""
-        if not self.cuda:
-            launch = self._next_call(name)
+        if not self.cuda:  # never graph-timed
+            inputs = self.last_inputs = self._prepare()
             t0 = _perf()
-            out, line = self.caller.call(lambda **_: launch(), {})
+            out, line = self.caller.call(self.fns[name], inputs)
             t1 = _perf()
             return out, line, [(t1 - t0) * 1e6, 0.0, 0.0]
         launch = self._next_call(name)

@@ -23,9 +23,9 @@ peaked, 10x the engine kernels' error. Attention reads cache rows [0, seq_lens[b
 new token's row substituted, never the junk.
 
 Baselines, called with the candidate's keywords, each returning the new h and writing the cache:
-  engine  the engine's current layer: the fused Triton ops of ops/decode.py in the order of
-          `_decode_layers`, with programmatic dependent launch where supported (sm_90+).
-  torch   the same layer from `OpSet.torch()`'s fused ops (compositions of ops/reference.py).
+  engine  the engine's current layer, `OpSet.triton().decode_layer`: the fused Triton ops of
+          ops/decode.py, with programmatic dependent launch where supported (sm_90+).
+  torch   `OpSet.torch().decode_layer`: the same layer from compositions of ops/reference.py.
 Timing (`graph_layers`): on a GPU each implementation is timed as a CUDA graph of 4 consecutive
 layer calls on distinct input copies. Roofline: the layer's weight bytes plus the KV bytes read
 (2 * sum(seq_lens) * Hkv * D * e) plus the small terms, over the copy bandwidth.
@@ -320,54 +320,22 @@ def observe_layer(
 
 
 @functools.cache
-def _engine_tuning() -> Any:
-    from evokernel.ops.decode import DecodeTuning
-    from evokernel.ops.registry import pdl_supported
-
-    return DecodeTuning(pdl=pdl_supported())
-
-
-def engine_layer(
-    h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj, down_proj,
-    cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
-):  # fmt: skip
-    """The engine's decode layer: ops/decode.py's fused kernels in `_decode_layers`' order."""
-    from evokernel.ops import decode
-
-    tuning = _engine_tuning()
-    qkv = decode.norm_linear(h, input_norm, qkv_proj, eps, tuning=tuning)
-    attn = decode.decode_attention_qkv(
-        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
-        max_len, tuning=tuning,
-    )  # fmt: skip
-    decode.linear_residual(attn, o_proj, h, tuning=tuning)
-    act = decode.norm_gate_up_silu(h, post_attn_norm, gate_up_proj, eps, tuning=tuning)
-    decode.linear_residual(act, down_proj, h, tuning=tuning)
-    return h
-
-
-@functools.cache
-def _torch_ops() -> Any:
+def _layer_op(kind: str) -> Callable[..., torch.Tensor]:
     from evokernel.ops.registry import OpSet
 
-    return OpSet.torch()
+    op: Callable[..., torch.Tensor] = OpSet.named(kind).decode_layer
+    return op
 
 
-def torch_layer(
-    h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj, down_proj,
-    cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
-):  # fmt: skip
-    """The torch-ops engine's decode layer (`OpSet.torch()`'s fused ops)."""
-    ops = _torch_ops()
-    qkv = ops.norm_linear(h, input_norm, qkv_proj, eps)
-    attn = ops.decode_attention_qkv(
-        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
-        max_len,
-    )  # fmt: skip
-    ops.linear_residual(attn, o_proj, h)
-    act = ops.norm_gate_up_silu(h, post_attn_norm, gate_up_proj, eps)
-    ops.linear_residual(act, down_proj, h)
-    return h
+def engine_layer(**inputs: Any) -> torch.Tensor:
+    """The engine's decode layer: `OpSet.triton()`'s `decode_layer` (the fused Triton kernels
+    of ops/decode.py, with programmatic dependent launch where supported)."""
+    return _layer_op("triton")(**inputs)
+
+
+def torch_layer(**inputs: Any) -> torch.Tensor:
+    """The torch-ops engine's decode layer (`OpSet.torch()`'s `decode_layer`)."""
+    return _layer_op("torch")(**inputs)
 
 
 # --- the task ----------------------------------------------------------------------------------
