@@ -77,6 +77,22 @@ def test_interference_in_one_cross_check_batch_is_not_a_timer_mismatch() -> None
     assert "by 230.0 us" in line  # the batch closest to passing is the one reported
 
 
+def test_a_spell_of_tail_interference_is_not_a_timer_mismatch() -> None:
+    """The tail (device busy after the launching stream finished) must exceed the baselines'
+    in every third of the timed rounds: escaping work does so on every call, a spell of
+    interference covers a part (even most calls' median, as once on an H200 under a sweep)."""
+    base = series(8.0, 8.0, 40.0, n=30)
+    spell = series(13.0, 8.0, 30.0, n=30)
+    spell.tail_us[:] = [8.0] * 10 + [40.0] * 20  # two thirds busy: median 40 us
+    assert timer_problems({"candidate": spell, "baseline:b": base}, "s") == []
+    escaping = series(13.0, 8.0, 30.0, n=30)
+    escaping.tail_us[:] = [30.0, 30.0, 8.0] * 10  # two of three calls, in every third
+    (line,) = timer_problems({"candidate": escaping, "baseline:b": base}, "s")
+    assert reason_code(line) == "timer-mismatch" and "busy 30.0 us" in line
+    short = series(13.0, 40.0, 30.0, n=2)  # fewer calls than parts: the parts shrink
+    assert timer_problems({"candidate": short, "baseline:b": series(8.0, 8.0, 40.0, n=2)}, "s")
+
+
 def test_scenario_figures_and_flags() -> None:
     task = get_task("decode_linear")
     scenario = task.scenarios("cuda")[0]

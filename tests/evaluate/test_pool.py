@@ -13,11 +13,13 @@ from collections.abc import Iterator
 
 from eval_helpers import HONEST, descendants
 
-from evokernel.evaluate import EvalOptions, api, evaluate
+from evokernel.evaluate import EvalOptions, api, evaluate, plan
+from evokernel.evaluate import protocol as p
 from evokernel.evaluate.process import pool as pool_module
 from evokernel.evaluate.process.launch import WorkerProcess
 from evokernel.evaluate.process.pool import POOL, Spec, WarmPool, start
 from evokernel.evaluate.process.procs import snapshot
+from evokernel.tasks import get_task
 
 TASK = "gqa_decode_attention"
 HONEST_FILE = HONEST / "torch_attention.py"
@@ -173,6 +175,39 @@ def test_only_the_device_part_of_start_up_holds_the_device(monkeypatch) -> None:
     ready.process.close()
     assert seen == [("init", False), ("warm", True)]
     assert ready.facts is not None and ready.facts.kind == "cpu"
+
+
+def test_start_up_calls_the_baselines_on_each_timed_shape_in_holds_of_their_own(
+    monkeypatch,
+) -> None:
+    """A GPU worker's spec names the timed scenarios: start-up calls the baselines once on each
+    (per-shape library set-up, paid by a spare), one shared hold per scenario, before the Warm
+    that installs the guards; after that Warm, a scenario Warm is refused. (On a GPU the spec
+    names every public scenario, plan.warm_scenarios; here a CPU worker stands in.)"""
+    slot = _RecordingSlot()
+    seen: list[tuple[str, str, bool]] = []
+    request = WorkerProcess.request
+
+    def recording(self, message, kinds):  # type: ignore[no-untyped-def]
+        seen.append((message.op, getattr(message, "scenario", ""), slot.held))
+        return request(self, message, kinds)
+
+    monkeypatch.setattr(pool_module, "slot_of", lambda kind, visible: slot)
+    monkeypatch.setattr(WorkerProcess, "request", recording)
+    names = tuple(s.name for s in get_task(TASK).scenarios("cpu")[:2])
+    ready = start(spec(warm_scenarios=names))
+    try:
+        assert seen == [("init", "", False), *[("warm", n, True) for n in names], ("warm", "", True)]
+        late = ready.process.request(p.Warm(scenario=names[0]), (p.Warmed, p.Error))
+        assert isinstance(late, p.Error) and "unexpected Warm" in late.detail
+    finally:
+        ready.process.close()
+    # And the GPU spec: every public scenario (at the timed dtype), none on the CPU.
+    task = get_task(TASK)
+    assert plan.warm_scenarios(task, "cuda", EvalOptions()) == tuple(
+        s.name for s in task.scenarios("cuda")
+    )
+    assert plan.warm_scenarios(task, "cpu", EvalOptions()) == ()
 
 
 def test_workers_and_spares_are_sized_to_the_cores(monkeypatch) -> None:

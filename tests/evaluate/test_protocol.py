@@ -20,6 +20,7 @@ MESSAGES: list[p.Message] = [
     p.Call("/f.py", "evaluate", ["a", 1], {"k": [1.5]}),
     p.Exit(),
     p.Warm(),
+    p.Warm(scenario="b1_ctx512"),
     p.Ready(pid=3, sandbox=["landlock v7"]),
     p.Warmed(device=p.DeviceFacts("cpu", "x86", "2", "3")),
     p.Loading(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from evokernel.evaluate import protocol as p
 from evokernel.evaluate.locks import DeviceSlot
 from evokernel.evaluate.options import EvalOptions
-from evokernel.evaluate.plan import public_scenarios, timing_plan
+from evokernel.evaluate.plan import public_scenarios, timing_plan, warm_scenarios
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import Spec, StartFailed, start
 from evokernel.evaluate.result import reason
@@ -73,6 +73,7 @@ def calibration_spec(task: Task, options: EvalOptions, slot: DeviceSlot) -> Spec
         disk_mb=options.disk_mb,
         cuda_visible=slot.visible,
         startup_timeout_s=options.startup_timeout_s,
+        warm_scenarios=warm_scenarios(task, "cuda", options),
     )
 
 

@@ -104,6 +104,14 @@ def public_scenarios(task: Task, device: str, options: EvalOptions) -> list[Scen
     return [known[n] for n in options.scenarios]
 
 
+def warm_scenarios(task: Task, device: str, options: EvalOptions) -> tuple[str, ...]:
+    """The timed scenarios whose baselines a GPU worker calls once while it starts (pool.Spec):
+    per-shape library set-up then costs a spare's time, not an evaluation's."""
+    if device != "cuda":
+        return ()
+    return tuple(s.name for s in public_scenarios(task, device, options))
+
+
 def hidden_seed(seed: int) -> int:
     return derive_seed(seed, "hidden")
 

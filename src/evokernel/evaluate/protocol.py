@@ -12,7 +12,8 @@ checked against the shape).
   parent -> worker                      worker -> parent
   Init (trusted set-up, device untouched) Ready | Error
   Warm (device set-up, warm-up kernels,   Warmed | Error
-        the guards' snapshot)
+        the guards' snapshot; or one public
+        scenario's baselines called once)
   Load (import the candidate)           Loading (acknowledged: candidate code runs from now
                                         on), then Loaded | Fatal | Error
   Check (one correctness job)           Checked | Fatal | Error
@@ -77,9 +78,16 @@ class Warm(Message):
     """The device part of the trusted set-up: warm-up kernels, the GPU spin rate, the guards'
     install and snapshot (the CUDA context and other host-side set-up came with `Init`). Its
     own request so that the parent can hold the device's shared lock for it (locks.py): no
-    worker's start-up runs GPU work while a candidate is timed."""
+    worker's start-up runs GPU work while a candidate is timed.
+
+    With `scenario` (CUDA, before the Warm that finishes the set-up): only call each baseline
+    once on that public scenario's inputs at the timed dtype, untimed. A library may set up per
+    shape on its first call (cuDNN's SDPA: up to 1.4 s per attention shape in a fresh process),
+    so a pool worker does it before a candidate arrives, one scenario per request: each holds
+    the shared lock briefly, and none of it lands in an evaluation's own time."""
 
     op: ClassVar[str] = "warm"
+    scenario: str = ""
 
 
 @dataclass(frozen=True)

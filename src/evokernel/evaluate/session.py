@@ -36,7 +36,7 @@ from evokernel.evaluate.calibration import Calibration
 from evokernel.evaluate.compare import Case, judge, judge_repeat
 from evokernel.evaluate.locks import DeviceSlot
 from evokernel.evaluate.options import EvalOptions
-from evokernel.evaluate.plan import CheckJob, check_jobs, hidden_seed
+from evokernel.evaluate.plan import CheckJob, check_jobs, hidden_seed, warm_scenarios
 from evokernel.evaluate.process import compile_cache, policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import POOL, Spec, StartFailed
@@ -209,6 +209,7 @@ class CandidateRun:
             disk_mb=opts.disk_mb,
             cuda_visible=self.slot.visible,
             startup_timeout_s=opts.startup_timeout_s,
+            warm_scenarios=warm_scenarios(self.task, self.device, opts),
         )
 
     def _attempt(self) -> None:

@@ -10,6 +10,9 @@ ever puts it back), and the pool starts a replacement.
   device set-up (CUDA context, compiles, CUPTI: seconds, no GPU work) run freely; the device
   part (warm-up kernels, baselines, the spin rate: under a second) holds the device's shared
   lock (locks.py), so a worker starting ahead never runs GPU work while a candidate is timed.
+  On a GPU, a Warm per public scenario comes first: the baselines' first calls on the timed
+  shapes, where libraries set up per shape (cuDNN's SDPA: up to 1.4 s each), each its own
+  short hold, so that set-up is paid by a spare and not inside an evaluation.
 * Interchangeable workers share a `Spec` (mode, task, device, dtype, limits, GPU, threads).
 * A worker that died or hung before it was handed out never reaches a candidate: a dead one
   is seen at `lease` and replaced; a hung start-up hits its start-up limit and is replaced
@@ -68,6 +71,7 @@ class Spec:
     disk_mb: int
     cuda_visible: str | None
     startup_timeout_s: float
+    warm_scenarios: tuple[str, ...] = ()  # CUDA: public scenarios whose baselines start-up calls
 
     def init(self) -> p.Init:
         return p.Init(
@@ -117,7 +121,13 @@ def start(spec: Spec) -> ReadyWorker:
         if isinstance(reply, p.Error):
             _set_up_failed(reply, reply.sandbox, spec)
         assert isinstance(reply, p.Ready)
-        with slot_of(spec.device, spec.cuda_visible).shared():
+        device_slot = slot_of(spec.device, spec.cuda_visible)
+        for name in spec.warm_scenarios:  # one short hold each, before the final Warm
+            with device_slot.shared():
+                shaped = worker.request(p.Warm(scenario=name), (p.Warmed, p.Error))
+            if isinstance(shaped, p.Error):
+                _set_up_failed(shaped, reply.sandbox, spec)
+        with device_slot.shared():
             warmed = worker.request(p.Warm(), (p.Warmed, p.Error))
         if isinstance(warmed, p.Error):
             _set_up_failed(warmed, reply.sandbox, spec)

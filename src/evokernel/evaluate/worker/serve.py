@@ -5,7 +5,8 @@
              warmup.prepare_device; mode "call": nothing) -> Ready
   Warm       the device part (mode "eval" | "calibrate": warm-up kernels and baselines,
              measure the spin rate, install and snapshot the guards) -> Warmed; the parent
-             sends it under the device's shared lock
+             sends it under the device's shared lock. Before it, on a GPU, one Warm per
+             public scenario calls the baselines once on its shapes (per-shape library set-up)
   Load       Loading (acknowledged), then import the candidate file (only now does candidate
              code run) and find the entry point -> Loaded
   Check      one correctness job (calls.check_job); raw outputs -> Checked
@@ -69,10 +70,16 @@ class Session:
         self.dtype = channel.dtype_of(init.dtype)
         self.device_memory_mb = init.device_memory_mb
 
-    def warm(self, _msg: p.Warm) -> p.Warmed:
+    def warm(self, msg: p.Warm) -> p.Warmed:
         if self.mode == "call" or self.warmed:
             raise RuntimeError(f"unexpected Warm (mode {self.mode}, warmed {self.warmed})")
         import torch
+
+        if msg.scenario:  # before the guards exist: trusted library set-up, per shape
+            from evokernel.evaluate.worker.warmup import warm_baselines
+
+            warm_baselines(self.task, self.scenario(msg.scenario, None), self.device, self.dtype)
+            return p.Warmed()
 
         from evokernel.evaluate.worker.calls import Caller, poisoned
         from evokernel.evaluate.worker.guards import Guards

@@ -9,15 +9,19 @@ CUPTI's first initialisation (a profiler session over CPU work only), which alon
 an H100 host. `warm_up` (protocol.Warm, under the device's shared lock) then launches: the
 warm-up kernel, the baselines, a profiler session over one kernel. So the part of a worker's
 start-up that holds the device, and with it every timed phase waiting for the device, is short.
+`warm_baselines` (a Warm naming a scenario, one per public scenario before that) calls the
+baselines once on each timed shape, in holds of its own.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import triton
 import triton.language as tl
 
-from evokernel.tasks.base import Task
+from evokernel.tasks.base import Scenario, Task
 
 
 @triton.jit
@@ -41,6 +45,19 @@ def prepare_device() -> None:
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities):
         torch.empty(1)  # CPU work only: CUPTI's set-up without touching the GPU
+
+
+def warm_baselines(task: Task, scenario: Scenario, device: str, dtype: torch.dtype) -> None:
+    """Each baseline called once on `scenario`'s inputs (the timed dtype), untimed: a library's
+    per-shape set-up (cuDNN's SDPA builds a plan per shape, up to 1.4 s on an H100) happens
+    here, in a pool worker before any candidate, instead of inside an evaluation. A baseline
+    that fails here is left to the timed rounds, which report it as the baseline's."""
+    inputs = task.make_inputs(scenario, 0, dtype, device)
+    for fn in task.baselines(scenario).values():
+        with contextlib.suppress(Exception):
+            fn(**inputs)
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def warm_up(task: Task, device: str, dtype: torch.dtype) -> None:
