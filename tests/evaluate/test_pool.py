@@ -197,7 +197,8 @@ def test_start_up_calls_the_baselines_on_each_timed_shape_in_holds_of_their_own(
     names = tuple(s.name for s in get_task(TASK).scenarios("cpu")[:2])
     ready = start(spec(warm_scenarios=names))
     try:
-        assert seen == [("init", "", False), *[("warm", n, True) for n in names], ("warm", "", True)]
+        shapes = [("warm", n, True) for n in names]
+        assert seen == [("init", "", False), *shapes, ("warm", "", True)]
         late = ready.process.request(p.Warm(scenario=names[0]), (p.Warmed, p.Error))
         assert isinstance(late, p.Error) and "unexpected Warm" in late.detail
     finally:
