@@ -145,3 +145,8 @@ def test_bench_decode_records_the_pack(tiny_fp32: Path, pack: Path, tmp_path: Pa
     plain = doc["options"]["setup"]["evokernel"]
     assert plain["kernels"] is None and not plain["op_origin"]["decode_layer"].startswith("pack")
     assert all(r["error"] is None for r in doc["results"])
+    # And the two interleaved at each position: the pack's speedup with an interval.
+    assert [e["position"] for e in doc["paired"]] == [1, 40]
+    for e in doc["paired"]:
+        assert (e["a"], e["b"], e["error"]) == ("evokernel", "evokernel_pack", None)
+        assert e["ci"][0] <= e["speedup"] <= e["ci"][1] and e["rounds"] == 8

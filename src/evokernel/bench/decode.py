@@ -9,11 +9,14 @@ memory at a time and each compile is reused across positions); a row per system 
 (`stepping.measure_cell`), a failed one with its `error`. The file is rewritten after every
 row, so an interrupted run leaves what it measured. `max_minutes` stops starting new rows
 (they get an error saying so), so a run ends with a complete file before an outer time limit.
+With a kernel pack (`evokernel` and `evokernel_pack` both run), the two are then loaded
+together and timed interleaved at every position (bench/paired.py, `doc["paired"]`): the
+pack's speedup with an interval, which two systems measured one after the other cannot give.
 """
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +30,9 @@ from evokernel import device as devices
 from evokernel.bench import floor
 from evokernel.bench.env import collect_env
 from evokernel.bench.nvml import Nvml
+from evokernel.bench.paired import measure_pair, pair_entry, pair_line
 from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
-from evokernel.bench.stepping import CellPlan, measure_cell
+from evokernel.bench.stepping import CellPlan, free, measure_cell
 from evokernel.bench.systems import load_system, skip_reason
 from evokernel.errors import ConfigError
 from evokernel.model.config import Qwen3Config
@@ -125,8 +129,44 @@ def run_decode_bench(
             continue
         run.doc["systems"].append(name)
         _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need)
+    if {"evokernel", "evokernel_pack"} <= set(run.doc["systems"]):
+        _run_pair(run, ("evokernel", "evokernel_pack"), plans, cfg, max_need)
     write(run.doc, opts.out)
     return run.doc
+
+
+def _run_pair(
+    run: _Run, names: tuple[str, str], plans: list[CellPlan], cfg: Qwen3Config, max_need: int
+) -> None:
+    """Both systems loaded at once and timed interleaved at every position (bench/paired.py):
+    the pack's speedup over the plain engine with an interval, in `doc["paired"]`."""
+    opts = run.opts
+    loaded: list[Any] = []
+    failed: str | None = None
+    try:
+        try:
+            for name in names:
+                args = (opts.device, opts.dtype, max_need, opts.engine_ops, opts.engine_kernels)
+                loaded.append(load_system(name, opts.model_dir, *args))
+        except Exception as err:
+            failed = f"load failed: {error_line(err)}"
+        for plan in plans:
+            if failed is None and run.over_budget():
+                failed = _budget_error(opts)
+            if failed is not None:
+                entry = pair_entry(*names, plan, error=failed)
+            else:
+                prompt = prompt_ids(cfg.vocab_size, plan.position)
+                entry = measure_pair(loaded[0], loaded[1], prompt, plan, opts.device)
+            run.doc["paired"].append(entry)
+            run.progress(pair_line(entry))
+            write(run.doc, opts.out)
+    finally:
+        for system in loaded:
+            with contextlib.suppress(Exception):
+                system.close()
+        loaded.clear()
+        free(opts.device)
 
 
 def _run_system(
@@ -160,7 +200,7 @@ def _run_system(
         run.progress(f"{name}: {line}")
         for plan in plans:
             run.add(Row(name, plan.position, plan.steps, error=line))
-        _free(opts.device)
+        free(opts.device)
         return
     run.progress(f"{name}: loaded in {time.perf_counter() - t0:.1f} s")
     cache_lens = run.doc["options"]["cache_len"].setdefault(name, {})
@@ -181,18 +221,12 @@ def _run_system(
         system.close()
     finally:
         del system
-        _free(opts.device)
+        free(opts.device)
     write(run.doc, opts.out)
 
 
 def _budget_error(opts: DecodeBenchOptions) -> str:
     return f"not run: --max-minutes {opts.max_minutes:g} reached"
-
-
-def _free(device: str) -> None:
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
 
 
 def prompt_ids(vocab_size: int, length: int) -> list[int]:
@@ -250,4 +284,5 @@ def _new_doc(
         "systems": [],
         "skipped": {},
         "results": [],
+        "paired": [],  # bench/paired.py: the pack against the plain engine, interleaved
     }

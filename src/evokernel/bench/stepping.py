@@ -104,7 +104,7 @@ def measure_cell(
             with contextlib.suppress(Exception):  # the row already says what went wrong
                 session.close()
         session = None
-        _free(device)
+        free(device)
     row.wall_s = time.perf_counter() - start
     if row.error is not None:
         return row, cache_len
@@ -122,6 +122,11 @@ def measure_cell(
         row.power_w = power_w
         row.tok_per_j = row.tok_s / power_w
     return row, cache_len
+
+
+def timed_steps(session: Session, n: int, device: str, host_timed: bool) -> list[float]:
+    """Per-step ms of `n` decode steps, timed as `measure_cell` times them."""
+    return _Clock(device, host_timed).steps(session, n)[0]
 
 
 class _Clock:
@@ -204,7 +209,7 @@ def _power(
     return sum(samples) / len(samples) if samples else None
 
 
-def _free(device: str) -> None:
+def free(device: str) -> None:
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -224,6 +224,8 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _print_table(doc: dict[str, Any]) -> None:
+    from evokernel.bench.paired import pair_line
+
     env, model = doc["env"], doc["model"]
     where = env["gpu"] or f"CPU ({env['cpu']})"
     print(
@@ -245,6 +247,8 @@ def _print_table(doc: dict[str, Any]) -> None:
         )
     for name, reason in doc.get("skipped", {}).items():
         print(f"{name:<15} skipped: {reason}")
+    for entry in doc.get("paired", []):
+        print(pair_line(entry))
 
 
 def _compare(args: argparse.Namespace) -> int:
