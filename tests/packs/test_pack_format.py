@@ -87,7 +87,10 @@ def test_write_pack_from_a_run_follows_the_rule(tmp_path: Path, tiny_fp32: Path)
     table = pack.tasks[task]
     assert [e.max_len for e in table.entries] == context_buckets(cfg.max_position_embeddings)
     by_bound = {e.max_len: e for e in table.entries}
-    assert by_bound[256].program == "programs/decode_layer@tiny-p0003.py"
+    # 1..256 is b1_ctx512's bucket by the rule, but b1_ctx128 lies inside it and kept the
+    # baseline there: a win is not carried where the run measured otherwise.
+    assert by_bound[256].program == "baseline" and by_bound[256].scenario == "b1_ctx512"
+    assert by_bound[512].program == "programs/decode_layer@tiny-p0003.py"
     assert by_bound[512].speedup_ci == (1.04, 1.1) and by_bound[512].scenario == "b1_ctx512"
     assert by_bound[1024].program == "baseline"  # p0007's interval reaches below 1
     assert by_bound[4096].program == "baseline"
@@ -104,6 +107,13 @@ def test_write_pack_from_a_run_follows_the_rule(tmp_path: Path, tiny_fp32: Path)
     assert loaded.tasks[task].entries == table.entries
     text = format_pack(loaded)
     assert "p0003" in text and "1.070x [1.040, 1.100]" in text and "baseline" in text
+    # The same program winning at ctx 128 too: the 1..256 bucket takes it; another program
+    # winning there: the bucket keeps the baseline.
+    for at_128, expect in (("p0003", "programs/decode_layer@tiny-p0003.py"), ("p0009", "baseline")):
+        both = {**winners, "b1_ctx128": (at_128, [1.01, 1.05])}
+        rerun = _fake_run(tmp_path / f"run-{at_128}", task, both)
+        got = write_pack(rerun, cfg, tmp_path / f"pack-{at_128}", "cpu", scenarios={task: GPU_LIKE})
+        assert got.tasks[task].entries[0].program == expect
     # Written again from a run that no longer wins: the stale program goes.
     (run / "dispatch.json").write_text(json.dumps({"task": task, "device": "cpu", "scenarios": []}))
     again = write_pack(run, cfg, out, "cpu", scenarios={task: GPU_LIKE})

@@ -8,7 +8,12 @@ captured for): take the smallest public scenario whose context (the longest of i
 is >= the bound, else the largest scenario; the bucket gets the program the run's dispatch
 table chose for that scenario (evolve/dispatch.py: the correct program whose speedup interval
 against the fastest baseline lies wholly above 1), or "baseline" (the engine's own layer) where
-it kept the baseline. On the CPU interpreter nothing is timed, so every bucket is baseline.
+it kept the baseline. A win is never carried into contexts where the run measured otherwise:
+when a public scenario whose context lies inside the bucket (above the previous bound, up to
+this one) was given another program or the baseline, the bucket keeps the baseline. (A
+ctx-512 winner put into the 1..256 bucket, where the ctx-128 scenario had kept the baseline,
+made Qwen3-0.6B's decode 1.3% slower at position 1 on an H100, timed interleaved.) On the CPU
+interpreter nothing is timed, so every bucket is baseline.
 
 Scenario parameters come from the task (`get_task(name).scenarios(device)`), or from the
 caller (`scenarios`: task name -> scenarios). The chosen programs are copied to
@@ -51,8 +56,9 @@ from evokernel.tasks.base import Scenario
 
 RULE = (
     "per context bucket: the winner of the smallest public scenario whose context >= the "
-    "bound (else the largest scenario), where its speedup interval lies wholly above 1; "
-    "else the baseline (the engine's own layer)"
+    "bound (else the largest scenario), where its speedup interval lies wholly above 1 and "
+    "every public scenario inside the bucket chose the same program; else the baseline (the "
+    "engine's own layer)"
 )
 
 
@@ -79,6 +85,15 @@ def choose_scenarios(bounds: Sequence[int], scenarios: Iterable[Scenario]) -> li
     for bound in bounds:
         chosen.append(next((s for s in public if scenario_context(s) >= bound), public[-1]))
     return chosen
+
+
+def scenarios_inside(scenarios: Iterable[Scenario], low: int, high: int) -> list[Scenario]:
+    """The public scenarios whose context lies in (low, high]: those a bucket serves."""
+    return [s for s in scenarios if not s.hidden and low < scenario_context(s) <= high]
+
+
+def _program(row: Mapping[str, Any] | None) -> str:
+    return BASELINE if row is None else str(row.get("program", BASELINE))
 
 
 def write_pack(
@@ -111,8 +126,12 @@ def write_pack(
         public = list(listed) if listed is not None else _task_scenarios(task, device)
         rows = {str(e.get("scenario")): e for e in doc.get("scenarios", [])}
         entries = []
-        for bound, s in zip(bounds, choose_scenarios(bounds, public)):
-            entry, source = _entry(run, task, bound, s, rows.get(s.name))
+        for i, (bound, s) in enumerate(zip(bounds, choose_scenarios(bounds, public))):
+            row = rows.get(s.name)
+            inside = scenarios_inside(public, bounds[i - 1] if i else 0, bound)
+            if any(_program(rows.get(c.name)) != _program(row) for c in inside):
+                row = None  # measured otherwise inside the bucket: keep the baseline
+            entry, source = _entry(run, task, bound, s, row)
             if source is not None:
                 files[entry.program] = source
             entries.append(entry)
@@ -263,4 +282,11 @@ def format_pack(pack: Pack) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RULE", "choose_scenarios", "format_pack", "scenario_context", "write_pack"]
+__all__ = [
+    "RULE",
+    "choose_scenarios",
+    "format_pack",
+    "scenario_context",
+    "scenarios_inside",
+    "write_pack",
+]
