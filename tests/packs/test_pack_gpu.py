@@ -57,3 +57,25 @@ def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Pa
     )
     assert code == 0, err + out
     assert json.loads(out.splitlines()[-1])["passed"]
+
+
+def test_a_slower_program_is_sent_back_to_the_baseline(qwen_2layers: Path, tmp_path: Path) -> None:
+    """The torch-ops layer in the 256 bucket is slower than the engine's fused layer: timed
+    end to end with and without the pack (packs/confirm.py), the bucket goes back to the
+    baseline, with the measurement recorded."""
+    import torch
+
+    from evokernel.packs import load_pack
+    from evokernel.packs.confirm import confirm_pack
+
+    cfg = Qwen3Config.from_dir(qwen_2layers)
+    path = write_hand_pack(
+        tmp_path / "pack", cfg, {256: LAYER_PROGRAM}, device="cuda", dtype="bfloat16"
+    )
+    pack = load_pack(path, cfg, "cuda", torch.bfloat16)
+    new = confirm_pack(pack, qwen_2layers, "cuda", io.StringIO())
+    first = new.tasks["decode_layer@test"].entries[0]
+    assert first.max_len == 256 and first.is_baseline
+    assert [c["position"] for c in first.end_to_end] == [1, 256 - 32 - 1]
+    assert all(c["ci"][1] < 1.0 for c in first.end_to_end)  # clearly slower, not a tie
+    assert list((path / "programs").iterdir()) == []

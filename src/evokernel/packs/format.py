@@ -78,6 +78,9 @@ class PackEntry:
     program_id: str | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
+    # packs/confirm.py: the whole decode step with / without the pack, timed interleaved at
+    # positions in this bucket: ({"position", "speedup", "ci"}, ...); () where not measured.
+    end_to_end: tuple[dict[str, Any], ...] = ()
 
     @property
     def is_baseline(self) -> bool:
@@ -92,6 +95,7 @@ class PackEntry:
             "program_id": self.program_id,
             "speedup": self.speedup,
             "speedup_ci": list(self.speedup_ci) if self.speedup_ci is not None else None,
+            "end_to_end": [dict(e) for e in self.end_to_end],
         }
 
 

@@ -160,6 +160,7 @@ def _task(check: _Checker, root: Path, name: str, raw: Any) -> TaskTable:
                 program_id=row.get("program_id"),
                 speedup=_number(row.get("speedup")),
                 speedup_ci=_interval(row.get("speedup_ci")),
+                end_to_end=_end_to_end(row.get("end_to_end")),
             )
         )
     return TaskTable(
@@ -208,6 +209,25 @@ def _interval(value: Any) -> tuple[float, float] | None:
         if lo is not None and hi is not None:
             return (lo, hi)
     return None
+
+
+def _end_to_end(value: Any) -> tuple[dict[str, Any], ...]:
+    """The recorded end-to-end checks (informational: kept where well formed, else none)."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("position"), int):
+            program = item.get("program")
+            out.append(
+                {
+                    "position": item["position"],
+                    "speedup": _number(item.get("speedup")),
+                    "ci": list(_interval(item.get("ci")) or ()) or None,
+                    "program": program if isinstance(program, str) else None,
+                }
+            )
+    return tuple(out)
 
 
 def _device_text(device: dict[str, Any]) -> str:

@@ -5,7 +5,9 @@
 For each engine task (`engine_tasks(cfg)`; today `decode_layer` at the checkpoint's shapes)
 the evolutionary search of `evokernel evolve` (evolve/session.py, the offline mutator unless
 the configuration gives others weight) runs in PACK_DIR/runs/<task>: a new run the first time,
-the same run resumed afterwards. Then `write_pack` writes PACK_DIR/pack.json and programs/.
+the same run resumed afterwards. Then `write_pack` writes PACK_DIR/pack.json and programs/,
+and on a GPU `confirm_pack` keeps each program only where the whole decode step, timed
+interleaved with and without the pack, is faster with it (packs/confirm.py).
 
 Budget: `budget_minutes` is this invocation's wall-clock budget, shared evenly by the tasks
 still to run (each session stops launching new iterations when its share is spent; those in
@@ -93,6 +95,10 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
         run_dir = req.out / RUNS_DIR / safe_name(task)
         runs.append(_search(task, run_dir, device, req, wall, out))
     pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
+    if device == "cuda":  # a task scenario's win kept only where the whole step is faster
+        from evokernel.packs.confirm import confirm_pack
+
+        pack = confirm_pack(pack, req.model_dir, device, out)
     return TuneOutcome(pack, runs)
 
 

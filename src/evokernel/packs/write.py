@@ -145,7 +145,7 @@ def write_pack(
         model=shape_key(cfg, _timed_dtype(device)),
         tasks=tables,
     )
-    _save(pack, files)
+    save_pack(pack, files)
     return pack
 
 
@@ -227,7 +227,9 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def _save(pack: Pack, files: Mapping[str, str]) -> None:
+def save_pack(pack: Pack, files: Mapping[str, str]) -> None:
+    """Write `files` (pack-relative name -> source), then pack.json atomically; remove the
+    program files the previous pack.json named and this one does not."""
     from evokernel.evolve.rundir import atomic_write
 
     out = pack.path
