@@ -83,6 +83,16 @@ def test_verify_json_and_exit_codes(capsys, tiny_fp32: Path) -> None:
     assert err.strip().splitlines()[-1].startswith("verify failed: KL mean")
 
 
+def test_verify_says_why_a_kl_above_the_threshold_passes(capsys, tiny_fp32: Path) -> None:
+    """bf16 above the KL threshold but as close to float32 as transformers' own bf16: PASS by
+    the fp32_precision rule, and the line says so rather than reading like a failure."""
+    argv = ["verify", "--model", str(tiny_fp32), "--steps", "4", "--device", "cpu",
+            "--ops", "torch", "--dtype", "bfloat16", "--threshold", "1e-9"]  # fmt: skip
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0
+    assert "PASS (fp32_precision): the KL mean is above the 1e-09 threshold" in out
+
+
 def test_cli_subprocess_ends_with_json_and_no_traceback(tiny_fp32: Path, tmp_path) -> None:
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)  # the CLI sets the Triton mode itself

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.engine.verify import verify
+    from evokernel.engine.verify import PRECISION_FACTOR, verify
 
     model_dir = checked.existing_dir(args.model, "--model")
     steps = checked.integer(args.steps, "--steps", lo=1)
@@ -91,7 +91,15 @@ def run(args: argparse.Namespace) -> int:
             f"vs transformers float32: ours {result.fp32_kl_mean:.3e}, "
             f"transformers {result.dtype} {result.fp32_kl_mean_ref:.3e}"
         )
-    print(f"PASS ({result.criterion})" if result.passed else f"FAIL: {result.reason}")
+    if result.criterion == "fp32_precision":
+        # The KL line above reads like a failure: say which rule passed, and why.
+        print(
+            f"PASS (fp32_precision): the KL mean is above the {result.threshold:g} threshold, "
+            f"but ours is as close to float32 as transformers' own {result.dtype} "
+            f"(within {PRECISION_FACTOR:g}x)"
+        )
+    else:
+        print(f"PASS ({result.criterion})" if result.passed else f"FAIL: {result.reason}")
     if args.json:
         record = result.to_dict()
         record["ops_kind"] = args.ops
