@@ -89,6 +89,7 @@ def test_a_spell_of_tail_interference_is_not_a_timer_mismatch() -> None:
     escaping.tail_us[:] = [30.0, 30.0, 8.0] * 10  # two of three calls, in every third
     (line,) = timer_problems({"candidate": escaping, "baseline:b": base}, "s")
     assert reason_code(line) == "timer-mismatch" and "busy 30.0 us" in line
+    assert "per third of the rounds, candidate/baselines: 30.0/8.0, 30.0/8.0, 30.0/8.0" in line
     short = series(13.0, 40.0, 30.0, n=2)  # fewer calls than parts: the parts shrink
     assert timer_problems({"candidate": short, "baseline:b": series(8.0, 8.0, 40.0, n=2)}, "s")
 

@@ -56,12 +56,16 @@ def timer_problems(series: dict[str, Series], scenario: str) -> list[str]:
     found = []
     tail = median(cand.tail_us)
     base_tail = max(median(b.tail_us) for b in bases)
-    if _tail_excess_throughout(cand, bases, max(10.0, 0.25 * event)):
+    parts = _tail_parts(cand, bases)
+    allowed = max(10.0, 0.25 * event)
+    if parts and all(mine > theirs + allowed for mine, theirs in parts):
+        thirds = ", ".join(f"{mine:.1f}/{theirs:.1f}" for mine, theirs in parts)
         found.append(
             reason(
                 "timer-mismatch",
                 f"{scenario}: the device stayed busy {tail:.1f} us after the launching stream "
-                f"finished (baselines {base_tail:.1f} us; candidate events {event:.1f} us)",
+                f"finished (baselines {base_tail:.1f} us; candidate events {event:.1f} us; "
+                f"per third of the rounds, candidate/baselines: {thirds} us)",
             )
         )
     host = _host_excess(cand, bases)
@@ -77,19 +81,19 @@ def timer_problems(series: dict[str, Series], scenario: str) -> list[str]:
     return found
 
 
-def _tail_excess_throughout(cand: Series, bases: list[Series], allowed: float) -> bool:
-    """The candidate's median tail beyond the baselines' by more than `allowed` in each of
-    `TAIL_PARTS` consecutive parts of the timed rounds: work that escapes the stream does so on
-    every call, while a spell of interference (host load, another context) covers a part."""
+def _tail_parts(cand: Series, bases: list[Series]) -> list[tuple[float, float]]:
+    """(candidate's median tail, the baselines' largest) in each of `TAIL_PARTS` consecutive
+    parts of the timed rounds. The tail check needs the excess in every part: work that
+    escapes the stream does so on every call, while a spell of interference (host load,
+    another context) covers a part."""
     parts = min(TAIL_PARTS, len(cand.tail_us), *(len(b.tail_us) for b in bases))
-    if parts < 1:
-        return False
-    for i in range(parts):
-        mine = _part(cand.tail_us, i, parts)
-        theirs = max(median(_part(b.tail_us, i, parts)) for b in bases)
-        if median(mine) <= theirs + allowed:
-            return False
-    return True
+    return [
+        (
+            median(_part(cand.tail_us, i, parts)),
+            max(median(_part(b.tail_us, i, parts)) for b in bases),
+        )
+        for i in range(max(0, parts))
+    ]
 
 
 def _part(values: list[float], i: int, parts: int) -> list[float]:
