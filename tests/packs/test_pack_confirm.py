@@ -50,22 +50,28 @@ def test_programs_not_faster_end_to_end_go_back_to_the_baseline(
 
     def scripted(a: Any, b: Any, prompt: list[int], plan: Any, device: str, rounds: int) -> dict:
         seen.append((a.name, b.name, plan.position))
-        faster = plan.position <= 256  # the 256 bucket's program wins, the 1024 one's does not
-        ci = [1.01, 1.03] if faster else [0.98, 1.001]
+        if b.name == "evokernel_control":  # two copies of identical code, in this run
+            ci = [0.998, 1.002] if plan.position <= 256 else [0.999, 1.005]
+        else:  # the 256 bucket's program clears 1 and the control; the 1024 one's only 1
+            ci = [1.01, 1.03] if plan.position <= 256 else [1.002, 1.004]
         return {**paired.pair_entry(a.name, b.name, plan, rounds), "speedup": sum(ci) / 2,
                 "ci": ci, "ms_a": 1.0, "ms_b": 1.0}  # fmt: skip
 
     monkeypatch.setattr(paired, "measure_pair", scripted)
     pack = load_pack(hand_pack, cfg, "cpu", torch.float32)
     new = confirm_pack(pack, tiny_fp32, "cpu")
-    assert {s[:2] for s in seen} == {("evokernel", "evokernel_pack")}
     low_256, high_256 = bucket_positions(pack.tasks["decode_layer@test"].entries, 0, 10**9)
-    assert [s[2] for s in seen][:2] == [low_256, high_256]
+    assert seen[:4] == [
+        ("evokernel", "evokernel_control", low_256), ("evokernel", "evokernel_pack", low_256),
+        ("evokernel", "evokernel_control", high_256), ("evokernel", "evokernel_pack", high_256),
+    ]  # fmt: skip
     entries = {e.max_len: e for e in new.tasks["decode_layer@test"].entries}
     assert entries[256].program == "programs/layer-256.py"
     assert [c["position"] for c in entries[256].end_to_end] == [low_256, high_256]
+    assert entries[256].end_to_end[0]["control_ci"] == [0.998, 1.002]
+    # Above 1 but not above what identical code differed by: back to the baseline.
     assert entries[1024].is_baseline and entries[1024].end_to_end[0]["program"] == "p1024"
-    assert entries[1024].end_to_end[0]["ci"] == [0.98, 1.001]
+    assert entries[1024].end_to_end[0]["ci"] == [1.002, 1.004]
     # Rewritten on disk: the demoted program's file is gone, and the pack loads as returned.
     assert sorted(p.name for p in (hand_pack / "programs").iterdir()) == ["layer-256.py"]
     assert load_pack(hand_pack, cfg, "cpu", torch.float32).tasks == new.tasks

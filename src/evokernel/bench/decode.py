@@ -9,9 +9,10 @@ memory at a time and each compile is reused across positions); a row per system 
 (`stepping.measure_cell`), a failed one with its `error`. The file is rewritten after every
 row, so an interrupted run leaves what it measured. `max_minutes` stops starting new rows
 (they get an error saying so), so a run ends with a complete file before an outer time limit.
-With a kernel pack (`evokernel` and `evokernel_pack` both run), the two are then loaded
-together and timed interleaved at every position (bench/paired.py, `doc["paired"]`): the
-pack's speedup with an interval, which two systems measured one after the other cannot give.
+With a kernel pack (`evokernel` and `evokernel_pack` both run), the two and a control copy of
+`evokernel` are then loaded together and timed interleaved at every position
+(bench/paired.py, `doc["paired"]`): the pack's speedup with an interval, which two systems
+measured one after the other cannot give, and the control's, the floor it must clear.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from evokernel import device as devices
 from evokernel.bench import floor
 from evokernel.bench.env import collect_env
 from evokernel.bench.nvml import Nvml
-from evokernel.bench.paired import measure_pair, pair_entry, pair_line
+from evokernel.bench.paired import (
+    CONTROL_SUFFIX,
+    control_copy,
+    measure_pair,
+    pair_entry,
+    pair_line,
+)
 from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
 from evokernel.bench.stepping import CellPlan, free, measure_cell
 from evokernel.bench.systems import load_system, skip_reason
@@ -138,28 +145,34 @@ def run_decode_bench(
 def _run_pair(
     run: _Run, names: tuple[str, str], plans: list[CellPlan], cfg: Qwen3Config, max_need: int
 ) -> None:
-    """Both systems loaded at once and timed interleaved at every position (bench/paired.py):
-    the pack's speedup over the plain engine with an interval, in `doc["paired"]`."""
+    """Both systems, and a second copy of the first as a control, loaded at once and timed
+    interleaved at every position (bench/paired.py): the pack's speedup over the plain engine
+    with an interval, and the control's (what identical code differs by in this run), in
+    `doc["paired"]`."""
     opts = run.opts
     loaded: list[Any] = []
     failed: str | None = None
+    pairs = [names, (names[0], names[0] + CONTROL_SUFFIX)]
     try:
         try:
-            for name in names:
+            for name in (*names, names[0]):
                 args = (opts.device, opts.dtype, max_need, opts.engine_ops, opts.engine_kernels)
                 loaded.append(load_system(name, opts.model_dir, *args))
+            control_copy(loaded[2])
         except Exception as err:
             failed = f"load failed: {error_line(err)}"
         for plan in plans:
             if failed is None and run.over_budget():
                 failed = _budget_error(opts)
-            if failed is not None:
-                entry = pair_entry(*names, plan, error=failed)
-            else:
-                prompt = prompt_ids(cfg.vocab_size, plan.position)
-                entry = measure_pair(loaded[0], loaded[1], prompt, plan, opts.device)
-            run.doc["paired"].append(entry)
-            run.progress(pair_line(entry))
+            for k, (a, b) in enumerate(pairs):
+                if failed is not None:
+                    entry = pair_entry(a, b, plan, error=failed)
+                else:
+                    prompt = prompt_ids(cfg.vocab_size, plan.position)
+                    other = loaded[1 + k]
+                    entry = measure_pair(loaded[0], other, prompt, plan, opts.device)
+                run.doc["paired"].append(entry)
+                run.progress(pair_line(entry))
             write(run.doc, opts.out)
     finally:
         for system in loaded:

@@ -11,6 +11,11 @@ over time falls on both). Per round, the median step of each; the entry's `speed
 median over rounds of a's median / b's median (b's speedup over a: above 1, b is faster)
 with a bootstrap 95% interval (evaluate.stats.paired_speedup), so "b is never slower" reads
 as an interval's lower bound. An exception becomes the entry's `error` (one line).
+
+A control pair, a against a second loaded copy of itself (`control_copy`), measures in the
+same run what two copies of identical code differ by (on an H100 up to 0.3%, intervals
+excluding 1: the copies' placement in memory, most likely): the floor a pack's speedup must
+clear to count.
 """
 
 from __future__ import annotations
@@ -74,20 +79,16 @@ def measure_pair(
                 session.rewind()
                 for _ in range(plan.warmup):
                     session.step()
-            pair = list(zip((a, b), sessions))
-            medians: dict[str, list[float]] = {a.name: [], b.name: []}
+            of_a: list[float] = []
+            of_b: list[float] = []
+            pair = [(a, sessions[0], of_a), (b, sessions[1], of_b)]
             for i in range(rounds):
-                for system, session in pair if i % 2 == 0 else pair[::-1]:
+                for system, session, medians in pair if i % 2 == 0 else pair[::-1]:
                     session.rewind()
                     times = timed_steps(session, entry["block_steps"], device, system.host_timed)
-                    medians[system.name].append(median(times))
-        speedup, (low, high) = paired_speedup(medians[a.name], medians[b.name])
-        entry.update(
-            speedup=speedup,
-            ci=[low, high],
-            ms_a=median(medians[a.name]),
-            ms_b=median(medians[b.name]),
-        )
+                    medians.append(median(times))
+        speedup, (low, high) = paired_speedup(of_a, of_b)
+        entry.update(speedup=speedup, ci=[low, high], ms_a=median(of_a), ms_b=median(of_b))
     except Exception as err:  # OOM, a failed load of a graph: the entry says so, the run goes on
         entry["error"] = error_line(err)
     finally:
@@ -98,6 +99,15 @@ def measure_pair(
         free(device)
     entry["wall_s"] = time.perf_counter() - start
     return entry
+
+
+CONTROL_SUFFIX = "_control"
+
+
+def control_copy(system: System) -> System:
+    """`system` (freshly loaded, a second instance) renamed as the control of a pair."""
+    system.name = system.name + CONTROL_SUFFIX
+    return system
 
 
 def pair_line(entry: dict[str, Any]) -> str:

@@ -9,10 +9,13 @@ where the rule had carried it into an unmeasured bucket). So for every bucket th
 program, the engine without and with the pack are loaded together and timed interleaved
 (bench/paired.py, `CONFIRM_ROUNDS` rounds of `CONFIRM_STEPS` steps) at the bucket's lowest
 and highest position (the position after the previous bound, and the last from which
-`CONFIRM_STEPS` steps stay inside the bucket). The program stays when every interval lies
-wholly above 1; otherwise the bucket goes back to the baseline. Each entry records what was
-measured (`PackEntry.end_to_end`, with the program tried), and pack.json is rewritten (files
-of demoted programs removed). On the CPU nothing is timed: `tune` does not call this there.
+`CONFIRM_STEPS` steps stay inside the bucket), each next to a control pair (the engine against
+a second loaded copy of itself: what identical code differs by in this run, up to 0.3% on
+an H100). The program stays when, at both positions, its interval's lower bound is above 1
+and above the control's upper bound; otherwise the bucket goes back to the baseline. Each
+entry records what was measured (`PackEntry.end_to_end`, with the program tried and the
+control's interval), and pack.json is rewritten (files of demoted programs removed). On the
+CPU nothing is timed: `tune` does not call this there.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     """The pack with every program confirmed end to end or demoted to the baseline; rewritten
     in place when anything changed."""
     from evokernel.bench.decode import prompt_ids
-    from evokernel.bench.paired import measure_pair, pair_line
+    from evokernel.bench.paired import control_copy, measure_pair, pair_line
     from evokernel.bench.stepping import CellPlan
     from evokernel.bench.systems import load_system
     from evokernel.packs.write import save_pack
@@ -68,11 +71,15 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     }
     max_need = max(plan.need for group in plans.values() for plan in group)
     dtype = getattr(torch, str(pack.model.get("dtype")))
-    plain = load_system("evokernel", model_dir, device, dtype, max_need, None, None)
+    systems: list[Any] = []
     try:
-        packed = load_system("evokernel_pack", model_dir, device, dtype, max_need, None, pack.path)
+        for kernels in (None, pack.path, None):
+            name = "evokernel" if kernels is None else "evokernel_pack"
+            systems.append(load_system(name, model_dir, device, dtype, max_need, None, kernels))
+        plain, packed, control = systems[0], systems[1], control_copy(systems[2])
     except BaseException:
-        plain.close()
+        for system in systems:
+            system.close()
         raise
     tables: dict[str, list[PackEntry]] = {n: list(t.entries) for n, t in pack.tasks.items()}
     try:
@@ -81,22 +88,24 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
             checks: list[dict[str, Any]] = []
             for plan in plans[(name, i)]:
                 prompt = prompt_ids(cfg.vocab_size, plan.position)
+                same = measure_pair(plain, control, prompt, plan, device, rounds=CONFIRM_ROUNDS)
                 got = measure_pair(plain, packed, prompt, plan, device, rounds=CONFIRM_ROUNDS)
-                print(f"confirm {entry.program}, bucket <= {entry.max_len}: {pair_line(got)}",
-                      file=out)  # fmt: skip
+                for result in (same, got):
+                    line = pair_line(result)
+                    print(f"confirm {entry.program}, bucket <= {entry.max_len}: {line}", file=out)
                 checks.append(
                     {
                         "position": plan.position,
                         "speedup": got["speedup"],
                         "ci": got["ci"],
+                        "control_ci": same["ci"],
                         "program": entry.program_id,
-                        "error": got["error"],
+                        "error": got["error"] or same["error"],
                     }
                 )
-            kept = all(c["error"] is None and c["ci"][0] > 1.0 for c in checks)
-            record = tuple(
-                {k: c[k] for k in ("position", "speedup", "ci", "program")} for c in checks
-            )
+            kept = all(c["error"] is None and c["ci"][0] > _floor(c["control_ci"]) for c in checks)
+            keys = ("position", "speedup", "ci", "control_ci", "program")
+            record = tuple({k: c[k] for k in keys} for c in checks)
             if kept:
                 tables[name][i] = dataclasses.replace(entry, end_to_end=record)
             else:
@@ -106,8 +115,8 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
                     entry.max_len, entry.scenario, entry.context, BASELINE, end_to_end=record
                 )
     finally:
-        packed.close()
-        plain.close()
+        for system in systems:
+            system.close()
     new = dataclasses.replace(
         pack,
         tasks={
@@ -118,6 +127,12 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     files = {p.relative_to(pack.path).as_posix(): p.read_text() for p in new.programs()}
     save_pack(new, files)
     return new
+
+
+def _floor(control_ci: list[float] | None) -> float:
+    """What a pack's lower bound must exceed: 1, and the control's upper bound (how much
+    faster a second copy of identical code measured in the same run)."""
+    return max(1.0, control_ci[1]) if control_ci else 1.0
 
 
 __all__ = ["CONFIRM_ROUNDS", "CONFIRM_STEPS", "bucket_positions", "confirm_pack"]

@@ -224,6 +224,7 @@ def _end_to_end(value: Any) -> tuple[dict[str, Any], ...]:
                     "position": item["position"],
                     "speedup": _number(item.get("speedup")),
                     "ci": list(_interval(item.get("ci")) or ()) or None,
+                    "control_ci": list(_interval(item.get("control_ci")) or ()) or None,
                     "program": program if isinstance(program, str) else None,
                 }
             )
