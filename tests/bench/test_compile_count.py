@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evokernel.bench.decode import prompt_ids
-from evokernel.bench.stepping import CellPlan, measure_cell
+from evokernel.bench.stepping import CellPlan, measure_cell, prompt_ids
 from evokernel.bench.systems.gptfast import GptFastSystem
 from evokernel.bench.systems.hf import HfCompileSystem
 from evokernel.model.random import write_random_checkpoint

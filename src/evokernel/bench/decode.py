@@ -39,7 +39,7 @@ from evokernel.bench.paired import (
     pair_line,
 )
 from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
-from evokernel.bench.stepping import CellPlan, free, measure_cell
+from evokernel.bench.stepping import CellPlan, free, measure_cell, prompt_ids
 from evokernel.bench.systems import load_system, skip_reason
 from evokernel.errors import ConfigError
 from evokernel.model.config import Qwen3Config
@@ -240,11 +240,6 @@ def _run_system(
 
 def _budget_error(opts: DecodeBenchOptions) -> str:
     return f"not run: --max-minutes {opts.max_minutes:g} reached"
-
-
-def prompt_ids(vocab_size: int, length: int) -> list[int]:
-    """A fixed prompt of `length` valid ids, spread over the vocabulary (the same every run)."""
-    return [(7 + 7919 * i) % vocab_size for i in range(length)]
 
 
 def progress_line(row: Row, cache_len: int | None) -> str:

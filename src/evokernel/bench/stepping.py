@@ -124,6 +124,11 @@ def measure_cell(
     return row, cache_len
 
 
+def prompt_ids(vocab_size: int, length: int) -> list[int]:
+    """A fixed prompt of `length` valid ids, spread over the vocabulary (the same every run)."""
+    return [(7 + 7919 * i) % vocab_size for i in range(length)]
+
+
 def timed_steps(session: Session, n: int, device: str, host_timed: bool) -> list[float]:
     """Per-step ms of `n` decode steps, timed as `measure_cell` times them."""
     return _Clock(device, host_timed).steps(session, n)[0]

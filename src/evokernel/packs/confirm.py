@@ -45,9 +45,8 @@ def bucket_positions(entries: tuple[PackEntry, ...], i: int, max_positions: int)
 def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None = None) -> Pack:
     """The pack with every program confirmed end to end or demoted to the baseline; rewritten
     in place when anything changed."""
-    from evokernel.bench.decode import prompt_ids
     from evokernel.bench.paired import control_copy, measure_pair, pair_line
-    from evokernel.bench.stepping import CellPlan
+    from evokernel.bench.stepping import CellPlan, prompt_ids
     from evokernel.bench.systems import load_system
     from evokernel.packs.write import save_pack
 
