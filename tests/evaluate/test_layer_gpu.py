@@ -8,8 +8,10 @@ cannot be captured, and the engine replays its layers from graphs: `graph-captur
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from eval_helpers import HERE
+from layer_variants import HOST_SYNC
 
 from evokernel.evaluate import EvalOptions, evaluate
 from evokernel.tasks import get_task
@@ -35,10 +37,12 @@ def test_seed_graph_timed_against_engine_and_torch_layers() -> None:
         assert 0 < s.pct_roofline < 110, (s.name, s.pct_roofline)
 
 
-def test_host_sync_layer_rejected_at_capture() -> None:
+def test_host_sync_layer_rejected_at_capture(tmp_path: Path) -> None:
     opts = EvalOptions(
         seed=5, scenarios=(_public()[0],), hidden=False, static_check=False, timeout_s=300
     )
-    result = evaluate(TASK, HERE / "layer_gpu" / "host_sync.py", "cuda", opts)
+    path = tmp_path / "host_sync.py"
+    path.write_text(HOST_SYNC)
+    result = evaluate(TASK, path, "cuda", opts)
     assert not result.correct
     assert result.reason_codes == ["graph-capture"], result.reasons

@@ -8,14 +8,15 @@ RoPE, and answering from a cache keyed on the inputs' addresses.
 The writes are in-place outputs (`Task.writes`): the worker judges `Task.observe`'s layout
 [h_out | K rows | V rows] and reports a write outside the token's rows as `cache-write`. All
 candidates are torch-only (the static check passes them: the defences are dynamic): the honest
-layer in layer_hostile/ and variants of it made here by replacing one of its hooks, plus one
-file of its own, evaluated in one `evaluate_many` batch with two workers.
+layer in layer_hostile/ and variants of it made here by replacing one of its hooks or its
+entry's call (layer_variants.py), evaluated in one `evaluate_many` batch with two workers.
 """
 
 from __future__ import annotations
 
 import pytest
 from eval_helpers import HERE, descendants
+from layer_variants import HOST_SYNC, layer_variant
 
 from evokernel.evaluate import EvalOptions, evaluate, evaluate_many
 from evokernel.evaluate.static import check_source
@@ -33,9 +34,33 @@ RESULT = """def _result(h, out):
     return out
 """
 
+CACHED = (
+    RESULT
+    + """
+CACHE = {}
+
+
+def _cached(*args):
+    # Addresses alone can recur across the evaluator's input sets (freed and reused storage):
+    # a weight value keeps one set's answer from another's, so only the perturbed call (new h
+    # in the same storage) gets a stale answer.
+    h, qkv_proj, positions, k_cache, v_cache = (args[i] for i in (0, 2, 11, 12, 13))
+    key = (h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tuple(h.shape), h.dtype,
+           float(qkv_proj.reshape(-1)[0]))
+    rows = torch.arange(h.shape[0], device=h.device)
+    pos = positions.long()
+    if key not in CACHE:
+        out = _layer(*args)
+        CACHE[key] = (out.clone(), k_cache[rows, :, pos].clone(), v_cache[rows, :, pos].clone())
+    out, k_rows, v_rows = CACHE[key]
+    k_cache[rows, :, pos] = k_rows
+    v_cache[rows, :, pos] = v_rows
+    return out.clone()
+"""
+)
+
 # Attacks made from the honest layer by replacing its `_write` or `_result` (the hooks it keeps
-# for this): file -> (what it does, {honest text: attack text}). cache_by_pointer.py changes
-# more and is a file of its own.
+# for this), or its entry's call: file -> (what it does, {honest text: attack text}).
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "returns_h.py": (
         "writes the cache rows but skips the rest of the layer: returns h unchanged",
@@ -65,6 +90,12 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
         "writes the right rows, and the token's K and V over the previous token's rows too",
         {WRITE: WRITE + WRITE.split("\n", 1)[1].replace("pos] =", "(pos - 1).clamp(min=0)] =")},
     ),
+    "cache_by_pointer.py": (
+        "caches its answer on the inputs' addresses (h, the caches): a call with the same "
+        "buffers gets the cached residual stream, and the cached K/V rows written again; right "
+        "for repeated calls on the same inputs, stale after perturb (new h, same storage)",
+        {RESULT: CACHED, "    return _layer(\n": "    return _cached(\n"},
+    ),
 }
 
 # file -> reason codes allowed (the first one must be among them)
@@ -81,18 +112,11 @@ EXPECTED: dict[str, set[str]] = {
 
 
 def attack_source(name: str) -> str:
-    """The source of candidate `name`: a file in layer_hostile/, or a variant of the honest
-    layer (its docstring replaced by what the attack does)."""
+    """The source of candidate `name`: the honest layer itself, or a variant of it."""
     if name not in VARIANTS:
         return (FILES / name).read_text()
     what, edits = VARIANTS[name]
-    source = (FILES / HONEST).read_text()
-    body = source.split('"""', 2)[2]
-    source = f'"""Hostile: {what}. Expected: {sorted(EXPECTED[name])[0]}."""{body}'
-    for before, after in edits.items():
-        assert source.count(before) == 1, (name, before)
-        source = source.replace(before, after)
-    return source
+    return layer_variant(what, sorted(EXPECTED[name])[0], edits)
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +156,15 @@ def test_honest_torch_layer_passes(batch) -> None:
     assert any(c.hidden for c in result.checks)
     assert {c.dtype for c in result.checks} == {"float32", "float16"}
     assert descendants() == []
+
+
+def test_the_gpu_suites_host_sync_layer_is_correct_in_eager_calls(tmp_path) -> None:
+    """Its GPU test expects `graph-capture` after correctness: that premise, on the CPU."""
+    path = tmp_path / "host_sync.py"
+    path.write_text(HOST_SYNC)
+    options = EvalOptions(static_check=False, time=False, hidden=False, seed=11, timeout_s=60.0)
+    result = evaluate(TASK, path, "cpu", options)
+    assert result.correct, result.reasons
 
 
 @pytest.mark.parametrize("name", [*sorted(EXPECTED), HONEST])

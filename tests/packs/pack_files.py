@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+from evokernel.cli import main
 from evokernel.engine.graph import context_buckets
 from evokernel.model.config import Qwen3Config
 from evokernel.packs.format import (
@@ -77,3 +80,11 @@ def edit_pack(pack: Path, **changes: Any) -> None:
         else:
             doc[key] = value
     (pack / "pack.json").write_text(json.dumps(doc))
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """`evokernel ARGV` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()

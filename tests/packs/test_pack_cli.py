@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, write_hand_pack
+from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, run_cli, write_hand_pack
 
-from evokernel.cli import main
 from evokernel.engine.loading import load_engine
 from evokernel.model.config import Qwen3Config
 from evokernel.ops.candidates import load_candidate
@@ -19,13 +16,6 @@ from evokernel.ops.candidates import load_candidate
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the hand-written packs are CPU packs"
 )
-
-
-def _main(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +39,14 @@ GENERATE += ("--device", "cpu", "--json")
 
 @pytest.mark.parametrize("ops", ["torch", "triton"])
 def test_generate_with_a_pack(tiny_fp32: Path, pack: Path, ops: str) -> None:
-    code, out, err = _main("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops)
+    code, out, err = run_cli("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops)
     assert code == 0, err
     plain = json.loads(out.splitlines()[-1])
     assert plain["kernels"] is None
     calls = _calls(pack, 256)
     calls.clear()
     argv = ("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops, "--kernels", str(pack))
-    code, out, err = _main(*argv)
+    code, out, err = run_cli(*argv)
     assert code == 0, err
     packed = json.loads(out.splitlines()[-1])
     assert packed["kernels"] == str(pack) and f"kernels {pack}" in out
@@ -71,14 +61,14 @@ def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
     tiny_fp32: Path, pack: Path, tmp_path: Path
 ) -> None:
     base = ("verify", "--model", str(tiny_fp32), "--steps", "6", "--device", "cpu", "--json")
-    code, out, err = _main(*base, "--kernels", str(pack))
+    code, out, err = run_cli(*base, "--kernels", str(pack))
     assert code == 0, err + out
     record = json.loads(out.splitlines()[-1])
     assert record["passed"] and record["kernels"] == str(pack)
     assert record["ops"]["decode_layer"] == f"pack:{pack}"
     cfg = Qwen3Config.from_dir(tiny_fp32)
     broken = write_hand_pack(tmp_path / "broken", cfg, {256: BROKEN_PROGRAM})
-    code, out, err = _main(*base, "--kernels", str(broken))
+    code, out, err = run_cli(*base, "--kernels", str(broken))
     assert code == 1 and "verify failed: KL mean" in err
 
 
@@ -120,7 +110,7 @@ def test_refused_packs_are_one_line_and_exit_2(
             ("bench", "decode", "--baselines", "evokernel", "--out", str(bench_out)),
         ):
             argv = (*verb, "--model", str(model), "--device", "cpu", "--kernels", str(bad))
-            code, out, err = _main(*argv)
+            code, out, err = run_cli(*argv)
             assert code == 2, (verb, err, out)
             assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
     assert not bench_out.exists()
@@ -128,7 +118,7 @@ def test_refused_packs_are_one_line_and_exit_2(
 
 def test_bench_decode_records_the_pack(tiny_fp32: Path, pack: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    code, _, err = _main(
+    code, _, err = run_cli(
         "bench", "decode", "--model", str(tiny_fp32), "--baselines", "evokernel",
         "--positions", "1,40", "--steps", "2", "--warmup", "0", "--power-window-ms", "0",
         "--device", "cpu", "--kernels", str(pack), "--out", str(out),

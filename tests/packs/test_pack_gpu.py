@@ -3,27 +3,18 @@ there), and verify passes with it in bfloat16."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from pathlib import Path
 
 import pytest
-from pack_files import LAYER_PROGRAM, write_hand_pack
+from pack_files import LAYER_PROGRAM, run_cli, write_hand_pack
 
-from evokernel.cli import main
 from evokernel.model.config import Qwen3Config
 from evokernel.model.random import write_random_checkpoint
 from evokernel.ops.candidates import load_candidate
 
 pytestmark = pytest.mark.gpu
-
-
-def _main(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +32,18 @@ def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Pa
     calls = load_candidate(pack / "programs" / "layer-256.py", "decode_layer").__globals__["CALLS"]
     argv = ("generate", "--model", str(qwen_2layers), "--prompt-ids", "1,2,3,4",
             "--max-new-tokens", "300", "--ignore-eos", "--ops", "torch", "--json")  # fmt: skip
-    code, out, err = _main(*argv)
+    code, out, err = run_cli(*argv)
     assert code == 0, err
     plain = json.loads(out.splitlines()[-1])
     calls.clear()
-    code, out, err = _main(*argv, "--kernels", str(pack))
+    code, out, err = run_cli(*argv, "--kernels", str(pack))
     assert code == 0, err
     packed = json.loads(out.splitlines()[-1])
     assert packed["cuda_graph"] and packed["op_origin"]["decode_layer"] == f"pack:{pack}"
     # Buckets 256 and 304 (the cache): the program is captured in 256's graph only.
     assert calls and set(calls) == {256}
     assert packed["tokens"] == plain["tokens"]  # the program is the torch ops
-    code, out, err = _main(
+    code, out, err = run_cli(
         "verify", "--model", str(qwen_2layers), "--steps", "16", "--kernels", str(pack), "--json"
     )
     assert code == 0, err + out

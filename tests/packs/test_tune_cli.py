@@ -10,29 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from pack_files import write_hand_pack
+from pack_files import run_cli, write_hand_pack
 
 from evokernel.cli import main
 from evokernel.model.config import Qwen3Config
 from evokernel.model.presets import PRESETS
 from evokernel.packs import load_pack
 from evokernel.packs.tune import engine_tasks
-from evokernel.tasks import get_task
-
-
-def _layer_task_missing() -> bool:
-    try:
-        get_task("decode_layer")
-    except Exception:  # not written yet, or not registered
-        return True
-    return False
-
-
-def _main(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 def _config(preset: str) -> Qwen3Config:
@@ -88,7 +72,7 @@ def test_bad_input_is_one_line_and_creates_nothing(
         ),
     ]
     for argv, message in cases:
-        code, _, err = _main("tune", *argv, "--device", "cpu")
+        code, _, err = run_cli("tune", *argv, "--device", "cpu")
         assert code == 2, (argv, err)
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, (argv, err)
     assert not (tmp_path / "pack").exists() and not (other / "runs").exists()
@@ -96,14 +80,13 @@ def test_bad_input_is_one_line_and_creates_nothing(
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU search; the GPU check tunes")
-@pytest.mark.skipif(_layer_task_missing(), reason="the decode_layer task is missing")
 def test_tune_writes_a_pack_that_generate_loads_and_resumes(
     tiny_fp32: Path, tmp_path: Path
 ) -> None:
     pack = tmp_path / "pack"
     base = ("tune", "--model", str(tiny_fp32), "--out", str(pack), "--device", "cpu")
     # The seed's evaluation only.
-    code, out, err = _main(*base, "--iterations", "0", "--json")
+    code, out, err = run_cli(*base, "--iterations", "0", "--json")
     assert code == 0, err + out
     task = "decode_layer@H64-Hq4-Hkv2-D32-I192"
     run_dir = pack / "runs" / task
@@ -120,7 +103,7 @@ def test_tune_writes_a_pack_that_generate_loads_and_resumes(
     assert loaded.device["name"] == "cpu" and loaded.model["dtype"] == "float32"
     assert (run_dir / "dispatch.json").is_file() and (pack / "programs").is_dir()
 
-    code, out, err = _main(
+    code, out, err = run_cli(
         "generate", "--model", str(tiny_fp32), "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
         "--device", "cpu", "--kernels", str(pack), "--json",
     )  # fmt: skip
@@ -130,11 +113,11 @@ def test_tune_writes_a_pack_that_generate_loads_and_resumes(
     # Another configuration cannot change the run.
     other = tmp_path / "other.yaml"
     other.write_text("islands:\n  count: 2\n")
-    code, _, err = _main(*base, "--iterations", "1", "--config", str(other))
+    code, _, err = run_cli(*base, "--iterations", "1", "--config", str(other))
     assert code == 2 and "another configuration" in err and err.count("\n") == 1, err
 
     # Running tune again resumes the run: a tiny budget still finishes the iteration it starts.
-    code, out, err = _main(*base, "--budget-minutes", "0.001", "--json")
+    code, out, err = run_cli(*base, "--budget-minutes", "0.001", "--json")
     assert code == 0, err + out
     assert f"resuming {run_dir}" in out
     record = json.loads(out.splitlines()[-1])

@@ -92,7 +92,7 @@ def _tail_parts(cand: Series, bases: list[Series]) -> list[tuple[float, float]]:
             median(_part(cand.tail_us, i, parts)),
             max(median(_part(b.tail_us, i, parts)) for b in bases),
         )
-        for i in range(max(0, parts))
+        for i in range(parts)
     ]
 
 
