@@ -12,9 +12,10 @@
 # (./out when unset); one failing section does not stop the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
-# TESTS selects the GPU test paths (default: tests).
+# TESTS selects the GPU test paths (default: tests); STAGE_VARIANTS the decode_stages launch
+# variants (default: all of them), e.g. STAGE_VARIANTS=default,combine-kernel.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -39,14 +40,15 @@ run_section() {
 }
 
 for s in "${sections[@]}"; do
+  # shellcheck disable=SC2086  # TESTS and STAGE_VARIANTS split on purpose
   case $s in
     env) run_section env $PY scripts/gpu/env_info.py ;;
-    # shellcheck disable=SC2086
     tests) run_section tests $PY -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} \
              --junitxml="$OUT/gpu_tests.xml" ;;
     engine) checkpoint && run_section engine bash scripts/gpu/engine_check.sh ;;
     stages) checkpoint && run_section stages $PY -m evokernel.bench.decode_stages \
-              --model "$CKPT" --out "$OUT/decode_stages.json" ;;
+              --model "$CKPT" --out "$OUT/decode_stages.json" \
+              ${STAGE_VARIANTS:+--variants $STAGE_VARIANTS} ;;
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
     bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;

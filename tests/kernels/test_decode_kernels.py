@@ -85,7 +85,14 @@ ATTN_CASES = [
     (2, 6, 2, 64, 700, [600, 3], None),
     (3, 8, 8, 64, 300, [1, 299, 150], 3),
     (2, 5, 1, 128, 90, [90, 64], 8),  # splits past the shorter sequence are empty
+    (2, 4, 2, 32, 200, [64, 65], 4),  # one chunk exactly (written directly), then two
 ]
+# How split chunks are merged: in the attention launch (tickets) or by a second kernel.
+COMBINES = {
+    "ticket": decode.DecodeTuning(),
+    "kernel": decode.DecodeTuning(ticket_combine=False),
+    "short-tiles": decode.DecodeTuning(short_block_n=16, short_max=512),  # 16-row tiles
+}
 
 
 def _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed):
@@ -105,40 +112,100 @@ def _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed):
     return qkv, q_norm, k_norm, cos, sin, seq_lens - 1, k_cache, v_cache, seq_lens
 
 
+def _tickets_are_zero(device) -> bool:
+    return all(
+        int(t.abs().sum()) == 0 for key, kept in decode._TICKETS.items() for t in kept
+        if key[0] == torch.device(device).type
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
-def test_fused_attention_matches_its_composition(B, hq, hkv, D, S, lens, split, dtype, device):
+def test_fused_attention_matches_its_composition(
+    B, hq, hkv, D, S, lens, split, dtype, combine, device
+):
     qkv, qn, kn, cos, sin, pos, kc, vc, seq = _attention_inputs(
         B, hq, hkv, D, S, lens, dtype, device, seed=B * 7 + S
     )
     ref_kc, ref_vc = kc.clone(), vc.clone()
     scale = D**-0.5
+    tuning = COMBINES[combine]
     got = decode.decode_attention_qkv(
-        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, split=split
+        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, split=split, tuning=tuning
     )
     want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
-    assert_close(got, want, f"attention (split {split})")
+    assert_close(got, want, f"attention (split {split}, {combine})")
     # The cache: the new token's K/V written at its position, everything else untouched.
     assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
     assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+    assert _tickets_are_zero(device)  # left as found, for the next launch
 
 
+@pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
-def test_plain_attention_matches_reference(B, hq, hkv, D, S, lens, split, dtype, device):
+def test_plain_attention_matches_reference(B, hq, hkv, D, S, lens, split, dtype, combine, device):
     g = torch.Generator().manual_seed(S)
     *_, kc, vc, seq = _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed=S)
     q = _randn(B, hq, D, g=g, dtype=dtype, device=device)
-    got = decode.decode_attention(q, kc, vc, seq, D**-0.5, split=split)
+    tuning = COMBINES[combine]
+    got = decode.decode_attention(q, kc, vc, seq, D**-0.5, split=split, tuning=tuning)
     assert_close(got, REF.decode_attention(q, kc, vc, seq, D**-0.5), "attention")
+    again = decode.decode_attention(q, kc, vc, seq, D**-0.5, split=split, tuning=tuning)
+    assert torch.equal(got, again)  # the tickets carried nothing from the first call
+
+
+def test_ticket_buffers_grow_and_are_kept(device) -> None:
+    dev = torch.device(device)
+    small = decode.attention_tickets(dev, 8)
+    assert small.dtype == torch.int32 and small.numel() >= 8 and int(small.abs().sum()) == 0
+    assert decode.attention_tickets(dev, small.numel()) is small  # the same address again
+    big = decode.attention_tickets(dev, small.numel() + 1)
+    assert big.numel() > small.numel()
+    kept = [t for (kind, _), ts in decode._TICKETS.items() if kind == dev.type for t in ts]
+    assert any(t is small for t in kept)  # a graph captured with it may still replay
 
 
 def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> None:
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
     cuda = torch.device("cuda")
     splits = {n: decode.attention_split(n, 8, cuda) for n in (1, 256, 257, 1024, 4096, 32768)}
-    assert splits[1] == splits[256] == 1  # one pass, no combine kernel
-    assert splits[257] == 4 and splits[1024] == 16  # chunks of 64 positions
+    assert splits[1] == 1  # one pass
+    assert splits[256] == splits[257] == 4 and splits[1024] == 16  # chunks of >= 64
     assert splits[4096] == splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
     assert all(s & (s - 1) == 0 for s in splits.values())
     assert decode.attention_split(32768, 64, cuda) == 4  # batch 8: the batch fills the GPU
+
+
+@pytest.mark.gpu
+def test_ticket_merge_holds_over_many_graph_replays() -> None:
+    """Tickets under contention: one split attention launch (16 chunks, 8 kv heads, 2 rows)
+    captured in a CUDA graph and replayed at 60 random lengths, each replay against the torch
+    reference; the counters are zero after every replay."""
+    B, hq, hkv, D, S = 2, 16, 8, 128, 2048
+    g = torch.Generator().manual_seed(5)
+    q = _randn(B, hq, D, g=g, dtype=torch.bfloat16, device="cuda")
+    kc = _randn(B, hkv, S, D, g=g, dtype=torch.bfloat16, device="cuda")
+    vc = _randn(B, hkv, S, D, g=g, dtype=torch.bfloat16, device="cuda")
+    seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    scale = D**-0.5
+    decode.decode_attention(q, kc, vc, seq, scale, split=16)  # compile; tickets allocated
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = decode.decode_attention(q, kc, vc, seq, scale, split=16)
+    lengths = torch.randint(1, S + 1, (60, B), generator=g)
+    for row in lengths:
+        seq.copy_(row.to(torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, REF.decode_attention(q, kc, vc, seq, scale), f"lengths {row.tolist()}")
+        assert _tickets_are_zero("cuda")
+
+
+def test_short_tiles_apply_up_to_their_bound() -> None:
+    tuning = decode.DecodeTuning(short_block_n=32)
+    assert [tuning.attention_block_n(n) for n in (1, 256, 257, 4096)] == [32, 32, 64, 64]
+    assert decode.DEFAULT.attention_block_n(1) == decode.DEFAULT.attn_block_n
+    with pytest.raises(AssertionError, match="short_block_n"):
+        decode.DecodeTuning(short_block_n=24)

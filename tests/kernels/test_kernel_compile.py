@@ -105,16 +105,19 @@ SCRIPT = textwrap.dedent(
         {"BLOCK_P": 1024, "ADVANCE": True, "PDL": True}, 4)
     attn = {"q_ptr": p, "q_norm_ptr": p, "k_norm_ptr": p, "cos_ptr": "*fp32",
             "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "k_ptr": p,
-            "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32", "scale": "fp32",
+            "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32",
+            "ticket_ptr": "*i32", "scale": "fp32",
             "eps": "fp32", "SPLIT": "i32", "Hkv": "i32", "S": "i32", "P": "i32",
             "stride_qb": "i32", "stride_qh": "i32",
             "stride_kb": "i32", "stride_kh": "i32", "stride_ks": "i32", "stride_vb": "i32",
             "stride_vh": "i32", "stride_vs": "i32", "stride_ob": "i32", "stride_oh": "i32"}
-    for fused, direct in ((True, True), (True, False)):
+    for fused, direct, ticket in ((True, True, False), (True, False, False),
+                                  (True, False, True), (False, False, True)):
         out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128, "BLOCK_G": 16,
-            "BLOCK_N": 64, "FUSED": fused, "DIRECT": direct, "IEEE": False, **flags}, 4,
+            "BLOCK_N": 64, "FUSED": fused, "DIRECT": direct, "TICKET": ticket,
+            "BLOCK_S": 32, "IEEE": False, **flags}, 4,
             ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
-        no_spills(out, f"attention direct={direct}")
+        no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
         "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},
         {"D": 128, "BLOCK_S": 32, "PDL": True}, 4)

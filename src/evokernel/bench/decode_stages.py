@@ -41,11 +41,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
     "attn-n32": {"attn_block_n": 32},
+    "short-n32": {"short_block_n": 32},  # 32-row tiles in the first bucket only
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
     "chunk128": {"min_chunk": 128},
     "chunk256": {"min_chunk": 256},
     "attn-4sm": {"attn_programs_per_sm": 4},
     "direct128": {"direct_max": 128},
+    "direct256": {"direct_max": 256},
+    # The split merged by a second kernel, one pass up to 256 positions (before tickets).
+    "combine-kernel": {"ticket_combine": False, "direct_max": 256},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 
@@ -287,7 +291,7 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--positions", default="1,1024,4096,16384,32768")
+    parser.add_argument("--positions", default="1,128,1024,4096,16384,32768")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--out", type=Path, default=None)

@@ -8,8 +8,16 @@ float32 (base-2 exponentials), the GROUP query rows padded to BLOCK_G >= 16 so t
 and value products run as tensor-core dots. Positions at or past seq_lens[b] are never read.
 
   * SPLIT == 1 (DIRECT): the program normalises and writes out[b, h, :] itself.
-  * SPLIT > 1: it writes its normalised partial [D] and log2-sum-exp per query head;
-    `attention_combine_kernel` (grid (B * Hq,)) merges the non-empty chunks.
+  * SPLIT > 1: it writes its normalised partial [D] and log2-sum-exp per query head, merged
+    either by `attention_combine_kernel` (grid (B * Hq,)), a second launch, or, with TICKET,
+    in this launch by the last of the (b, j) programs to finish: each program with a
+    non-empty chunk, after its partials are stored, takes a ticket (an atomic add on
+    ticket[b * Hkv + j], acquire-release at GPU scope, after a block barrier); the one that
+    draws the last ticket resets the counter to 0 and merges the chunks' partials (read
+    through L2, never a stale L1 line). When the sequence fits one chunk
+    (seq_lens[b] <= chunk), chunk 0 writes out directly and nobody takes a ticket. The
+    counters must be 0 at launch and are 0 again after it; two launches sharing them must
+    not run concurrently.
 
 With FUSED the program also does what `qk_norm_rope_append` does for the decoded token: it
 reads q and k of its heads from the packed qkv projection [B, (Hq + 2 Hkv) * D], applies the
@@ -24,7 +32,7 @@ current position were written by earlier steps (complete before this step's grap
 the row at the current position is substituted.
 
 Bytes per call: K and V once, 2 * sum(seq_lens) * Hkv * D * e, plus q and out; SPLIT > 1 adds
-B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
+up to B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
 """
 
 import triton
@@ -106,6 +114,7 @@ def attention_kernel(
     out_ptr,  # [B, Hq, D] (DIRECT)
     part_ptr,  # [B * Hq, SPLIT, D] float32 (not DIRECT)
     lse_ptr,  # [B * Hq, SPLIT] float32, log2 domain (not DIRECT)
+    ticket_ptr,  # [B * Hkv] int32 counters, 0 at launch and after it (TICKET)
     scale,
     eps,
     SPLIT,
@@ -128,6 +137,8 @@ def attention_kernel(
     BLOCK_N: tl.constexpr,
     FUSED: tl.constexpr,
     DIRECT: tl.constexpr,
+    TICKET: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # >= SPLIT (TICKET)
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -224,19 +235,71 @@ def attention_kernel(
             kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
         )  # fmt: skip
 
+    o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]
     if DIRECT:
-        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]
         tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
         tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
+    elif TICKET:
+        n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones
+        if n_chunks == 1:
+            if split == 0:
+                tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
+                tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
+        elif split < n_chunks:
+            _store_partial(part_ptr, lse_ptr, b * Hkv * GROUP + heads, split, SPLIT, in_group,
+                           offs_h, m_i, l_i, acc_lo, acc_hi, D, HALF)  # fmt: skip
+            tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+            ticket = tl.atomic_add(ticket_ptr + pid, 1, sem="acq_rel", scope="gpu")
+            if ticket == n_chunks - 1:  # the last chunk to finish merges them all
+                tl.store(ticket_ptr + pid, 0)
+                for g in tl.static_range(GROUP):
+                    _merge(part_ptr, lse_ptr, out_ptr + b.to(tl.int64) * stride_ob,
+                           (b * Hkv + j) * GROUP + g, j * GROUP + g, n_chunks, SPLIT,
+                           stride_oh, D, BLOCK_S)  # fmt: skip
     else:
-        row = (b * Hkv * GROUP + heads) * SPLIT + split  # [BLOCK_G] rows of [B*Hq*SPLIT]
-        empty = l_i == 0.0
-        safe_l = tl.where(empty, 1.0, l_i)
-        dst = part_ptr + row[:, None].to(tl.int64) * D + offs_h[None, :]
-        tl.store(dst, acc_lo / safe_l[:, None], mask=in_group[:, None])
-        tl.store(dst + HALF, acc_hi / safe_l[:, None], mask=in_group[:, None])
-        lse = tl.where(empty, -float("inf"), m_i + tl.log2(safe_l))
-        tl.store(lse_ptr + row, lse, mask=in_group)
+        _store_partial(part_ptr, lse_ptr, b * Hkv * GROUP + heads, split, SPLIT, in_group,
+                       offs_h, m_i, l_i, acc_lo, acc_hi, D, HALF)  # fmt: skip
+
+
+@triton.jit
+def _store_partial(
+    part_ptr, lse_ptr, rows, split, SPLIT, in_group, offs_h, m_i, l_i, acc_lo, acc_hi,
+    D: tl.constexpr, HALF: tl.constexpr,
+):  # fmt: skip
+    """Chunk `split`'s normalised partial [D] and log2-sum-exp of query rows `rows` (of
+    B * Hq); an empty chunk stores lse -inf."""
+    row = rows * SPLIT + split  # [BLOCK_G] rows of [B*Hq*SPLIT]
+    empty = l_i == 0.0
+    safe_l = tl.where(empty, 1.0, l_i)
+    dst = part_ptr + row[:, None].to(tl.int64) * D + offs_h[None, :]
+    tl.store(dst, acc_lo / safe_l[:, None], mask=in_group[:, None])
+    tl.store(dst + HALF, acc_hi / safe_l[:, None], mask=in_group[:, None])
+    lse = tl.where(empty, -float("inf"), m_i + tl.log2(safe_l))
+    tl.store(lse_ptr + row, lse, mask=in_group)
+
+
+@triton.jit
+def _merge(
+    part_ptr, lse_ptr, out_b, row, h, n_chunks, SPLIT, stride_oh,
+    D: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """out_b[h, :] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of query
+    row `row` (of B * Hq), w_s = 2^(lse_s - max lse); read through L2 (.cg): other programs
+    of this launch wrote them."""
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, D)
+    live = offs_s < n_chunks
+    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"),
+                  cache_modifier=".cg")  # fmt: skip
+    w = tl.exp2(lse - tl.max(lse, axis=0))
+    parts = tl.load(
+        part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
+        mask=live[:, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
+    tl.store(out_b + h * stride_oh + offs_d, out.to(out_b.dtype.element_ty))
 
 
 @triton.jit

@@ -10,8 +10,12 @@ Launch sizes: a GEMV program owns BLOCK_N weight rows and the whole K, about
 `tuning.tile_bytes` of weights (in registers, loaded before the PDL wait), with BLOCK_N lowered
 until there are at least as many programs as SMs. Attention splits the context so that
 B * Hkv * SPLIT fills the GPU at long contexts, in chunks of at least `tuning.min_chunk`
-positions beyond a first bucket served in one pass (`attention_split`). All of it depends
-on shapes and host-side bounds only: no host sync, graph-capturable.
+positions beyond a first bucket served in one pass (`attention_split`). With
+`tuning.ticket_combine` the chunks are merged inside the attention launch by the last program
+of each (sequence, kv head) to finish (kernels/attention.py), so a split costs no second
+launch; the counters it needs are one zeroed int32 buffer per device (`attention_tickets`),
+kept for the process's life because captured graphs hold its address. All of it depends on
+shapes and host-side bounds only: no host sync, graph-capturable.
 """
 
 from __future__ import annotations
@@ -35,17 +39,29 @@ class DecodeTuning:
     tile_bytes: int = 32 * 1024  # weight bytes per GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
     attn_block_n: int = 64  # positions per attention tile
+    short_block_n: int = 0  # if set, the tile for bounds <= short_max (the first graph bucket)
+    short_max: int = 256
     attn_warps: int = 4
-    direct_max: int = 256  # up to this bound one program per kv head (no combine kernel)
+    direct_max: int = 64  # up to this bound one program per kv head (no split)
+    ticket_combine: bool = True  # split chunks merged in the attention launch, not a second
     min_chunk: int = 64  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split"):
+        names = ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split")
+        for name in (*names, "short_max"):
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
+        short = self.short_block_n
+        assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
+
+    def attention_block_n(self, bound: int) -> int:
+        """Positions per attention tile for a launch bounded by `bound`."""
+        if self.short_block_n and bound <= self.short_max:
+            return self.short_block_n
+        return self.attn_block_n
 
 
 DEFAULT = DecodeTuning()
@@ -158,13 +174,31 @@ def norm_gate_up_silu(
     return act
 
 
+_TICKETS: dict[tuple[str, int | None], list[torch.Tensor]] = {}
+
+
+def attention_tickets(device: torch.device, n: int) -> torch.Tensor:
+    """At least `n` int32 counters on `device`, zero between attention launches (each launch
+    that uses them leaves them zero). Every buffer handed out stays alive for the process's
+    life: a captured CUDA graph holds its address. A larger request allocates a larger
+    buffer (outside graph capture, do it once eagerly first, as warm-up does)."""
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    kept = _TICKETS.setdefault((device.type, index), [])
+    if not kept or kept[-1].numel() < n:
+        kept.append(torch.zeros(max(n, 256), dtype=torch.int32, device=device))
+    return kept[-1]
+
+
 def attention_split(
     max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
 ) -> int:
     """Chunks per sequence for a bound `max_len` on seq_lens: 1 up to `tuning.direct_max` (one
-    pass, no combine kernel); beyond, chunks of at least `min_chunk` positions and at most
-    `attn_programs_per_sm` programs per SM in all (programs_per_split = B * Hkv); a power of
-    two."""
+    pass); beyond, chunks of at least `min_chunk` positions and at most `attn_programs_per_sm`
+    programs per SM in all (programs_per_split = B * Hkv); a power of two. The chunk size
+    follows each sequence's own length at run time, so short sequences under a long bound
+    leave trailing chunks empty."""
     if max_len <= tuning.direct_max:
         return 1
     want = cdiv(max_len, tuning.min_chunk)
@@ -241,24 +275,28 @@ def _attention(
     assert k_cache.dtype == v_cache.dtype == q.dtype, (k_cache.dtype, q.dtype)
     assert seq_lens.shape == (B,) and seq_lens.dtype == torch.int32
     group = hq // hkv
+    bound = min(max_len, S)
     if split is None:
-        split = attention_split(min(max_len, S), B * hkv, q.device, tuning)
+        split = attention_split(bound, B * hkv, q.device, tuning)
     out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
+    ticket = split > 1 and tuning.ticket_combine
     if split == 1:
         part = lse = out
     else:
         part = torch.empty((B * hq, split, D), device=q.device, dtype=torch.float32)
         lse = torch.empty((B * hq, split), device=q.device, dtype=torch.float32)
+    tickets = attention_tickets(q.device, B * hkv) if ticket else lse
     attention_kernel[(B * hkv, split)](
         q, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out, part, lse,
-        scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
+        tickets, scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)), BLOCK_N=tuning.attn_block_n,
-        FUSED=fused, DIRECT=split == 1, IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
+        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)),
+        BLOCK_N=tuning.attention_block_n(bound), FUSED=fused, DIRECT=split == 1,
+        TICKET=ticket, BLOCK_S=next_pow2(split), IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
         num_warps=tuning.attn_warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
-    if split > 1:
+    if split > 1 and not ticket:
         attention_combine_kernel[(B * hq,)](
             part, lse, out, hq, split, out.stride(0), out.stride(1),
             D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=4, launch_pdl=tuning.pdl,

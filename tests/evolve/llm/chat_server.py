@@ -103,17 +103,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if reply.delay_s:
                 time.sleep(reply.delay_s)
-            if reply.hang_up:
-                self.close_connection = True
-                return
-            data = reply.body.encode() if isinstance(reply.body, str) else reply.body
-            self.send_response(reply.status)
-            self.send_header("Content-Type", reply.content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in reply.headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
         finally:
+            # Counted out before the reply leaves: once the client has it, it may send the
+            # next request at once, and that one must not find this one still counted.
             with srv.lock:
                 srv.in_flight -= 1
+        if reply.hang_up:
+            self.close_connection = True
+            return
+        data = reply.body.encode() if isinstance(reply.body, str) else reply.body
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
