@@ -100,7 +100,64 @@ def compile_linear(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]
     return lines
 
 
-COMPILERS = {"gqa_decode_attention": compile_attention, "decode_linear": compile_linear}
+def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
+    """The decode-layer seed's kernels at Qwen3-0.6B's shapes (`shapes`: also a 5:1 group with
+    D=64 and a 4096-wide model), launched as its launchers would on a 132-SM GPU."""
+    m = _load("decode_layer", knobs)
+    m._sm_count = lambda device: 132
+    p = "*" + dtype
+    pdl = bool(m.PDL)
+    lines = []
+    for H, hq, hkv, D, inter in ((1024, 16, 8, 128, 3072), (4096, 10, 2, 64, 12288))[
+        : 2 if shapes else 1
+    ]:
+        n_qkv = (hq + 2 * hkv) * D
+        gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "M": "i32", "N": "i32"}
+        gemv |= {"stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
+        add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32"}
+        add |= {"stride_w": "i32", "stride_res": "i32"}
+        gate = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "INTER": "i32"}
+        gate |= {"stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
+        launches = [  # (kernel, signature, N, K, tiles)
+            (m._norm_gemv, gemv, n_qkv, H, 1),
+            (m._gemv_add, add, H, hq * D, 1),
+            (m._gemv_add, add, H, inter, 1),
+            (m._norm_gate_up if m.FUSE_GATE_UP else m._norm_gemv, gate if m.FUSE_GATE_UP
+             else gemv, inter if m.FUSE_GATE_UP else 2 * inter, H, 2 if m.FUSE_GATE_UP else 1),
+        ]  # fmt: skip
+        for fn, sig, n, k, tiles in launches:
+            block_n, block_k = m._block_n(n, k, 2, None, tiles), m._next_pow2(k)
+            consts = {"K": k, "BLOCK_M": 1, "BLOCK_N": block_n, "BLOCK_K": block_k, "PDL": pdl}
+            warps = m._warps(tiles * block_n, block_k)
+            shared = _compile(fn, sig, consts, warps, 3)
+            lines.append(f"{fn.__name__} {dtype} {consts} warps={warps}: {shared} B shared")
+        if not m.FUSE_GATE_UP:
+            sig = {"gu_ptr": p, "act_ptr": p, "INTER": "i32", "stride_gu": "i32"}
+            sig["stride_act"] = "i32"
+            consts = {"BLOCK": min(1024, m._next_pow2(inter)), "PDL": pdl}
+            lines.append(f"_silu_mul {dtype}: {_compile(m._silu_mul, sig, consts, 4, 3)} B shared")
+        sig = {n: p for n in ("qkv_ptr", "q_norm_ptr", "k_norm_ptr")}
+        sig |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32"}
+        sig |= {"k_ptr": p, "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32"}
+        sig |= {"ticket_ptr": "*i32", "scale": "fp32", "eps": "fp32"}
+        sig |= dict.fromkeys(["SPLIT", "Hkv", "S", "P", "stride_qkv"], "i32")
+        sig |= dict.fromkeys(
+            [f"stride_{s}" for s in ("kb", "kh", "ks", "vb", "vh", "vs", "ob")], "i32"
+        )
+        for direct in (True, False):
+            consts = {"GROUP": hq // hkv, "D": D, "BLOCK_G": 16, "BLOCK_N": m.ATTN_BLOCK_N}
+            consts |= {"DIRECT": direct, "BLOCK_S": 64, "IEEE": dtype == "fp32"}
+            consts |= {"EXP2": bool(m.EXP2), "PDL": pdl}
+            shared = _compile(m._attention, sig, consts, m.ATTN_WARPS, 3)
+            lines.append(f"_attention {dtype} {consts}: {shared} B shared")
+    return lines
+
+
+COMPILERS = {
+    "gqa_decode_attention": compile_attention,
+    "decode_linear": compile_linear,
+    "decode_layer": compile_layer,
+}
 
 
 def run(full: bool) -> list[str]:
