@@ -1,17 +1,17 @@
 """Where a decode step's time goes: each stage alone, and the whole step, against byte floors.
 
     python -m evokernel.bench.decode_stages --model DIR [--positions 1,4096] [--out F.json]
-        [--variants default,no-pdl,tile16k,...]
+        [--variants default,no-pdl,tile16k,...] [--stage-position 1024]
 
 For each launch variant of the fused decode kernels (a `DecodeTuning`, with or without
 programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
 
   * every stage of the step alone, as a CUDA graph of that stage over all L layers (distinct
     weights per layer, so L2 is cold as in a real step), replayed: qkv (norm + qkv GEMV),
-    attention (q/k norm, RoPE, cache append, split-KV attention at the first --positions
-    entry past 1), o_proj (+ residual), gate_up (norm + gate/up GEMV + SiLU-mul), down
-    (+ residual), head (final norm + lm_head + argmax); per layer in microseconds against the
-    stage's byte floor (its weight / KV bytes over the copy bandwidth measured in this run);
+    attention (q/k norm, RoPE, cache append, split-KV attention at --stage-position), o_proj
+    (+ residual), gate_up (norm + gate/up GEMV + SiLU-mul), down (+ residual), head (final
+    norm + lm_head + argmax); per layer in microseconds against the stage's byte floor (its
+    weight / KV bytes over the copy bandwidth measured in this run);
   * the whole greedy step as the engine runs it (one graph) at each position: microseconds,
     tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
     the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
@@ -117,7 +117,9 @@ def graph_us(
 
 
 class Bench:
-    def __init__(self, model_dir: str, positions: list[int], reps: int) -> None:
+    def __init__(
+        self, model_dir: str, positions: list[int], reps: int, stage_position: int = 1024
+    ) -> None:
         from evokernel import device as devices
 
         devices.prepare("cuda")
@@ -126,10 +128,11 @@ class Bench:
 
         self.reps = reps
         self.positions = positions
+        self.stage_position = stage_position
         self.model = load_engine(model_dir, "cuda", torch.bfloat16, "torch")
         cfg = self.model.cfg
         self.cfg = cfg
-        self.cache = self.model.new_cache(1, max(positions) + 2 * reps + 64)
+        self.cache = self.model.new_cache(1, max(*positions, stage_position) + 2 * reps + 64)
         self.bounds = context_buckets(self.cache.max_seq_len)
         for t in (*self.cache.k, *self.cache.v):
             t.normal_()
@@ -192,7 +195,7 @@ class Bench:
             1, cfg.num_attention_heads * cfg.head_dim, device="cuda", dtype=torch.bfloat16
         )
         act = torch.randn(1, cfg.intermediate_size, device="cuda", dtype=torch.bfloat16)
-        p = next((x for x in self.positions if x > 1), self.positions[0])
+        p = self.stage_position
         pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
         lens = pos + 1
         tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
@@ -294,13 +297,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--positions", default="1,128,1024,4096,16384,32768")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument(
+        "--stage-position", type=int, default=1024, help="the attention stage's position"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: decode_stages needs a CUDA GPU", file=sys.stderr)
         return 2
     positions = [int(p) for p in args.positions.split(",")]
-    bench = Bench(args.model, positions, args.reps)
+    bench = Bench(args.model, positions, args.reps, args.stage_position)
     results = []
     for name in args.variants.split(","):
         results.append(bench.variant(name, VARIANTS[name]))
