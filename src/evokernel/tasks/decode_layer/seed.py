@@ -125,10 +125,11 @@ def _gemv_add(
     dtype = res_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
+            # The residual is loaded with x, before the reduction: both L2 round trips overlap.
             x = tl.load(x_ptr + m * stride_x + cols, mask=cols < K, other=0.0).to(tl.float32)
-            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             res_rows = res_ptr + m * stride_res + rows
             r = tl.load(res_rows, mask=rows < N, other=0.0).to(tl.float32)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             tl.store(res_rows, (r + y).to(dtype), mask=rows < N)
 
 
