@@ -5,11 +5,13 @@
 #   scripts/gpu_check.sh                      all sections
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
-# Sections: env tests engine stages evaluator evolve, and two of about 6 minutes each that are
+# Sections: env tests engine stages sync evaluator evolve (sync: what a dependency between
+# decode stages costs, bench/sync_costs.py), and two of about 6 minutes each that are
 # not in the default list: bench (the decode benchmark's full suite) and throughput (the
 # evaluator's throughput and false rejections over both tasks' knob spaces), and layer (the
-# decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call). Each writes JSON and a log under $OUT
-# (./out when unset); one failing section does not stop the others. The last lines printed
+# decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call).
+# Each writes JSON and a log under $OUT (./out when unset); one failing section does not stop
+# the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
 # TESTS selects the GPU test paths (default: tests); STAGE_VARIANTS the decode_stages launch
@@ -23,7 +25,7 @@ export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 export CKPT=${CKPT:-/tmp/evokernel-0.6b}
 sections=("$@")
-[ ${#sections[@]} -eq 0 ] && sections=(env tests engine stages evaluator evolve)
+[ ${#sections[@]} -eq 0 ] && sections=(env tests engine stages sync evaluator evolve)
 
 checkpoint() {
   [ -f "$CKPT/config.json" ] || $PY -m evokernel model random "$CKPT" --preset qwen3-0.6b --seed 0
@@ -50,11 +52,12 @@ for s in "${sections[@]}"; do
               --model "$CKPT" --out "$OUT/decode_stages.json" \
               ${STAGE_VARIANTS:+--variants $STAGE_VARIANTS} ;;
     evaluator) run_section evaluator $PY scripts/gpu/evaluator_check.py ;;
+    sync) run_section sync $PY -m evokernel.bench.sync_costs --out "$OUT/sync_costs.json" ;;
     evolve) run_section evolve $PY -m evokernel.bench.evolve_bench --out "$OUT" ;;
     bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
     throughput) run_section throughput bash scripts/gpu/eval_throughput.sh ;;
     layer) run_section layer bash scripts/gpu/layer_check.sh ;;
-    *) echo "unknown section $s (env tests engine stages evaluator evolve bench throughput layer)"
+    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer)"
        exit 2 ;;
   esac
 done

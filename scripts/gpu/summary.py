@@ -55,6 +55,12 @@ def main(out: Path) -> None:
             per = " ".join(f"{k} {s['us']:.1f}" for k, s in v["stages"].items())
             print(f"  stages {v['name']:<9} {steps}")
             print(f"  {'':<16} us/layer: {per}")
+    sync = _load(out / "sync_costs.json")
+    if sync:
+        from evokernel.bench.sync_costs import table
+
+        for row in table(sync):
+            print("  " + row)
     evo = _load(out / "evolve_bench.json")
     if evo and "table" in evo:
         for row in evo["table"]:

@@ -121,6 +121,16 @@ SCRIPT = textwrap.dedent(
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
         "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},
         {"D": 128, "BLOCK_S": 32, "PDL": True}, 4)
+    # The sync-cost probes (bench/sync_costs.py), the persistent barrier's spin loop included.
+    from evokernel.kernels.sync_probes import (atomic_add_kernel, barrier_kernel,
+        chain_kernel, store_rows_kernel)
+    f32 = "*fp32"
+    compile_one(chain_kernel, {"src_ptr": f32, "dst_ptr": f32, "N": "i32"},
+        {"BLOCK": 8, "BLOCK_N": 1024, "PDL": True}, 4)
+    compile_one(barrier_kernel, {"a_ptr": f32, "b_ptr": f32, "counter_ptr": "*i32", "N": "i32",
+        "STAGES": "i32"}, {"BLOCK": 8, "BLOCK_N": 1024}, 4)
+    compile_one(atomic_add_kernel, {"acc_ptr": f32, "N": "i32"}, {"BLOCK_N": 1024}, 4)
+    compile_one(store_rows_kernel, {"out_ptr": f32, "N": "i32"}, {"BLOCK_N": 1024}, 4)
     print("compiled")
     """
 )
