@@ -74,7 +74,7 @@ def copy_gbps(nbytes: int = 2 << 30) -> float:
 def graph_us(
     fn: Callable[[], object],
     reps: int,
-    before: Callable[[], None] | None = None,
+    before: Callable[[], object] | None = None,
     b2b: list[float] | None = None,
 ) -> float:
     """Median microseconds of one replay of a CUDA graph of `fn` (`before` runs, untimed,

@@ -24,41 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from evokernel.bench.decode_stages import graph_us
 from evokernel.ops.grid import cdiv, next_pow2
 
 N = 1024  # floats per stage vector (a Qwen3-0.6B hidden row is 1,024 values)
-
-
-def _graph_us(body: Callable[[], object], reset: Callable[[], object], reps: int) -> float:
-    """Median microseconds of one replay of a graph of `body`, `reset` (untimed) before each."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        reset()
-        body()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    reset()
-    with torch.cuda.graph(graph):
-        body()
-    times = []
-    for _ in range(reps + 3):
-        reset()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times[3:])
 
 
 def _check(got: torch.Tensor, want: float, what: str) -> None:
@@ -86,7 +61,7 @@ def launches(stages: int, programs: int, pdl: bool, reps: int) -> float:
         a.zero_()
         b.zero_()
 
-    us = _graph_us(body, reset, reps)
+    us = graph_us(body, reps, reset)
     _check(b if stages % 2 else a, float(stages), f"launch chain (pdl={pdl})")
     return us / stages
 
@@ -109,7 +84,7 @@ def barrier(stages: int, programs: int, reps: int) -> float:
         b.zero_()
         counter.zero_()
 
-    us = _graph_us(body, reset, reps)
+    us = graph_us(body, reps, reset)
     _check(b if stages % 2 else a, float(stages), "barrier stages")
     _check(counter, float(stages * grid), "barrier counter")
     return us / stages
@@ -130,9 +105,9 @@ def atomics(programs: int, reps: int, launches_per_graph: int = 28) -> dict[str,
         for _ in range(launches_per_graph):
             store_rows_kernel[(programs,)](rows, N, BLOCK_N=N, num_warps=4)
 
-    add_us = _graph_us(add, acc.zero_, reps) / launches_per_graph
+    add_us = graph_us(add, reps, acc.zero_) / launches_per_graph
     _check(acc, float(programs * launches_per_graph), f"atomic sum over {programs} programs")
-    store_us = _graph_us(store, rows.zero_, reps) / launches_per_graph
+    store_us = graph_us(store, reps, rows.zero_) / launches_per_graph
     _check(rows, 1.0, "row stores")
     return {"atomic_add_us": add_us, "store_rows_us": store_us}
 
