@@ -48,7 +48,8 @@ def norm_rope(x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr):
     x1, x2 [R, D/2] float32 (the two halves of R heads), w1, w2 [D/2] float32 (norm weight
     halves), c, s [D/2] float32 (cos/sin already rounded to the dtype). Returns the rotated
     halves (o1, o2) in `dtype`:  o1 = y1*c - y2*s,  o2 = y2*c + y1*s,  y = rms_norm(x) * w."""
-    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)
+    # One reduction over both halves: each is a chain of shuffles and block barriers.
+    rstd = tl.rsqrt(tl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps)
     y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1[None, :]).to(dtype).to(tl.float32)
     y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2[None, :]).to(dtype).to(tl.float32)
     c2 = c[None, :]

@@ -180,7 +180,7 @@ def _silu_mul(
 def _norm_rope(x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr):
     """Per-row RMSNorm then RoPE on row halves x1, x2 [R, D/2] float32, rounded as
     transformers rounds; c, s [D/2] float32 (already rounded to the dtype)."""
-    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)
+    rstd = tl.rsqrt(tl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps)
     y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1[None, :]).to(dtype).to(tl.float32)
     y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2[None, :]).to(dtype).to(tl.float32)
     c2 = c[None, :]
