@@ -236,17 +236,15 @@ def attention_kernel(
             kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
         )  # fmt: skip
 
-    o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_h[None, :]
-    if DIRECT:
-        tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
-        tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
+    n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones
+    if DIRECT or (TICKET and n_chunks == 1):  # one chunk holds it all: chunk 0 writes out
+        if split == 0:
+            o_b = out_ptr + b.to(tl.int64) * stride_ob
+            o_rows = o_b + heads[:, None] * stride_oh + offs_h[None, :]
+            tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
+            tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
     elif TICKET:
-        n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones
-        if n_chunks == 1:
-            if split == 0:
-                tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
-                tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
-        elif split < n_chunks:
+        if split < n_chunks:
             _store_partial(part_ptr, lse_ptr, b * Hkv * GROUP + heads, split, SPLIT, in_group,
                            offs_h, m_i, l_i, acc_lo, acc_hi, D, HALF)  # fmt: skip
             tl.debug_barrier()  # every thread's partials stored before the ticket is taken
@@ -285,8 +283,8 @@ def _merge(
     D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """out_b[h, :] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of query
-    row `row` (of B * Hq), w_s = 2^(lse_s - max lse); read through L2 (.cg): other programs
-    of this launch wrote them."""
+    row `row` (of B * Hq), w_s = 2^(lse_s - max lse) (0 for an empty chunk: lse -inf, partial
+    0); read through L2 (.cg): with TICKET, other programs of this launch wrote them."""
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
     live = offs_s < n_chunks
@@ -316,21 +314,9 @@ def attention_combine_kernel(
     BLOCK_S: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s, w_s = 2^(lse_s - max lse)."""
+    """Program b * Hq + h: `_merge` of row b * Hq + h's SPLIT chunks (the one holding position 0
+    is never empty)."""
     row = tl.program_id(0)
-    b = row // Hq
-    h = row % Hq
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, D)
     pdl_enter(PDL)
-    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=offs_s < SPLIT, other=-float("inf"))
-    top = tl.max(lse, axis=0)
-    w = tl.exp2(lse - top)  # 0 for empty chunks; the chunk holding position 0 is never empty
-    parts = tl.load(
-        part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
-        mask=(offs_s < SPLIT)[:, None] & (w > 0)[:, None],
-        other=0.0,
-    )
-    out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
-    o_ptrs = out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d
-    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
+    out_b = out_ptr + (row // Hq).to(tl.int64) * stride_ob
+    _merge(part_ptr, lse_ptr, out_b, row, row % Hq, SPLIT, SPLIT, stride_oh, D, BLOCK_S)
