@@ -15,7 +15,7 @@
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
 # TESTS selects the GPU test paths (default: tests); STAGE_VARIANTS the decode_stages launch
-# variants (default: all of them), e.g. STAGE_VARIANTS=default,combine-kernel.
+# variants (default: all of them), e.g. STAGE_VARIANTS=default,tickets.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-$PWD/out}

@@ -57,11 +57,14 @@ def test_gpu_attack_rejected(gpu_batch: dict, name: str) -> None:
 
 
 def test_honest_after_illegal_address(tmp_path: Path) -> None:
+    # Processes this test did not start (torch.compile's worker pool, from an earlier test in
+    # the session) are not the evaluator's to clean up.
+    before = set(descendants())
     bad = evaluate(TASK, GPU_HOSTILE / "illegal_address.py", "cuda", QUICK)
     assert "cuda-error" in bad.reason_codes
     good = evaluate(TASK, split_seed(tmp_path), "cuda", QUICK)
     assert good.correct, good.reasons
-    assert descendants() == []
+    assert set(descendants()) <= before
 
 
 def test_honest_candidate_passes_with_figures() -> None:

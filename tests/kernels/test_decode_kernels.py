@@ -89,8 +89,8 @@ ATTN_CASES = [
 ]
 # How split chunks are merged: in the attention launch (tickets) or by a second kernel.
 COMBINES = {
-    "ticket": decode.DecodeTuning(),
-    "kernel": decode.DecodeTuning(ticket_combine=False),
+    "ticket": decode.DecodeTuning(ticket_combine=True),
+    "kernel": decode.DecodeTuning(),
     "short-tiles": decode.DecodeTuning(short_block_n=16, short_max=512),  # 16-row tiles
 }
 
@@ -171,8 +171,8 @@ def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> 
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
     cuda = torch.device("cuda")
     splits = {n: decode.attention_split(n, 8, cuda) for n in (1, 256, 257, 1024, 4096, 32768)}
-    assert splits[1] == 1  # one pass
-    assert splits[256] == splits[257] == 4 and splits[1024] == 16  # chunks of >= 64
+    assert splits[1] == splits[256] == 1  # one pass up to direct_max
+    assert splits[257] == 4 and splits[1024] == 16  # chunks of >= 64
     assert splits[4096] == splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
     assert all(s & (s - 1) == 0 for s in splits.values())
     assert decode.attention_split(32768, 64, cuda) == 4  # batch 8: the batch fills the GPU
@@ -190,10 +190,11 @@ def test_ticket_merge_holds_over_many_graph_replays() -> None:
     vc = _randn(B, hkv, S, D, g=g, dtype=torch.bfloat16, device="cuda")
     seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
     scale = D**-0.5
-    decode.decode_attention(q, kc, vc, seq, scale, split=16)  # compile; tickets allocated
+    tickets = COMBINES["ticket"]
+    decode.decode_attention(q, kc, vc, seq, scale, split=16, tuning=tickets)  # tickets allocated
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = decode.decode_attention(q, kc, vc, seq, scale, split=16)
+        out = decode.decode_attention(q, kc, vc, seq, scale, split=16, tuning=tickets)
     lengths = torch.randint(1, S + 1, (60, B), generator=g)
     for row in lengths:
         seq.copy_(row.to(torch.int32))

@@ -139,17 +139,21 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         sig = {n: p for n in ("qkv_ptr", "q_norm_ptr", "k_norm_ptr")}
         sig |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32"}
         sig |= {"k_ptr": p, "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32"}
-        sig |= {"ticket_ptr": "*i32", "scale": "fp32", "eps": "fp32"}
+        sig |= {"scale": "fp32", "eps": "fp32"}
         sig |= dict.fromkeys(["SPLIT", "Hkv", "S", "P", "stride_qkv"], "i32")
         sig |= dict.fromkeys(
             [f"stride_{s}" for s in ("kb", "kh", "ks", "vb", "vh", "vs", "ob")], "i32"
         )
         for direct in (True, False):
             consts = {"GROUP": hq // hkv, "D": D, "BLOCK_G": 16, "BLOCK_N": m.ATTN_BLOCK_N}
-            consts |= {"DIRECT": direct, "BLOCK_S": 64, "IEEE": dtype == "fp32"}
+            consts |= {"DIRECT": direct, "IEEE": dtype == "fp32"}
             consts |= {"EXP2": bool(m.EXP2), "PDL": pdl}
             shared = _compile(m._attention, sig, consts, m.ATTN_WARPS, 3)
             lines.append(f"_attention {dtype} {consts}: {shared} B shared")
+        sig = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p, "Hq": "i32", "SPLIT": "i32"}
+        sig["stride_ob"] = "i32"
+        consts = {"D": D, "BLOCK_S": 64, "EXP2": bool(m.EXP2), "PDL": pdl}
+        lines.append(f"_combine {dtype}: {_compile(m._combine, sig, consts, 4, 3)} B shared")
     return lines
 
 

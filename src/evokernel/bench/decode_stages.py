@@ -46,10 +46,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunk128": {"min_chunk": 128},
     "chunk256": {"min_chunk": 256},
     "attn-4sm": {"attn_programs_per_sm": 4},
+    "direct64": {"direct_max": 64},
     "direct128": {"direct_max": 128},
-    "direct256": {"direct_max": 256},
-    # The split merged by a second kernel, one pass up to 256 positions (before tickets).
-    "combine-kernel": {"ticket_combine": False, "direct_max": 256},
+    # The split merged inside the attention launch by its last program (tickets).
+    "tickets": {"ticket_combine": True},
+    "tickets-direct64": {"ticket_combine": True, "direct_max": 64},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 

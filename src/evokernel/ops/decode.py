@@ -42,8 +42,8 @@ class DecodeTuning:
     short_block_n: int = 0  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_max: int = 256
     attn_warps: int = 4
-    direct_max: int = 64  # up to this bound one program per kv head (no split)
-    ticket_combine: bool = True  # split chunks merged in the attention launch, not a second
+    direct_max: int = 256  # up to this bound one program per kv head (no split)
+    ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
     min_chunk: int = 64  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64

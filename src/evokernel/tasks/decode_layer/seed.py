@@ -5,8 +5,7 @@ one file. Five launches per layer, in `Qwen3Model._decode_layers`' order:
   1. `_norm_gemv`      qkv = W_qkv @ rms_norm(h)                         [B, (Hq + 2 Hkv) D]
   2. `_attention`      per kv head: q/k RMSNorm + RoPE at positions[b], K and V written to the
                        cache at positions[b], flash-decoding over [0, seq_lens[b]) with the new
-                       row substituted in registers; with SPLIT > 1 the last program of
-                       each (sequence, kv head) to finish merges the chunks (an atomic ticket)
+                       row substituted in registers; `_combine` merges the chunks (SPLIT > 1)
   3. `_gemv_add`       h += W_o @ attn, in place
   4. `_norm_gate_up`   act = silu(W_g @ n) * (W_u @ n), n = rms_norm(h)
   5. `_gemv_add`       h += W_down @ act, in place; returns h
@@ -19,12 +18,9 @@ projection, the residual sums, SiLU and its product).
 Attention: program (b * Hkv + j, s) serves kv head j of sequence b and its GROUP query heads
 (padded to BLOCK_G >= 16 rows for tensor-core dots), online softmax in float32 over BLOCK_N-row
 tiles of the s-th chunk; the context is split (SPLIT > 1) only beyond DIRECT_MAX cache
-positions, into chunks of at least MIN_CHUNK and at most PROGRAMS_PER_SM programs per SM. A
-program with a non-empty chunk stores its partial, then takes a ticket (atomic add on a
-per-(sequence, kv head) counter, after a block barrier); the one drawing the last ticket resets
-the counter and merges the partials (read through L2). A sequence within one chunk is written
-directly by chunk 0. The counters live in one zeroed buffer per device (`_tickets`), kept for
-the process's life (a captured graph holds its address) and zero between launches.
+positions, into chunks of at least MIN_CHUNK and at most PROGRAMS_PER_SM programs per SM.
+Every chunk stores its normalised partial and log-sum-exp (an empty one: 0 and -inf), and a
+second launch, `_combine`, merges them per query row.
 
 Structural knobs:
   PDL           programmatic dependent launch (CUDA sm_90+ only; checked once per device, never
@@ -54,7 +50,7 @@ EXP2 = True  # tune: False, True
 FUSE_GATE_UP = True  # tune: False, True
 GEMV_WARPS = 0  # 0: 8 warps for tiles of >= 16K elements, else 4
 ATTN_WARPS = 4
-DIRECT_MAX = 64  # up to this bound one pass per kv head (no split)
+DIRECT_MAX = 256  # up to this bound one pass per kv head (no split)
 MIN_CHUNK = 64  # beyond it, positions per attention program at the least
 PROGRAMS_PER_SM = 2  # B * Hkv * SPLIT up to this many per SM
 MAX_SPLIT = 64
@@ -241,11 +237,10 @@ def _tile(
 @triton.jit
 def _attention(
     qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, pos_ptr, seq_lens_ptr, k_ptr, v_ptr,
-    out_ptr, part_ptr, lse_ptr, ticket_ptr, scale, eps, SPLIT, Hkv, S, P, stride_qkv,
+    out_ptr, part_ptr, lse_ptr, scale, eps, SPLIT, Hkv, S, P, stride_qkv,
     stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    DIRECT: tl.constexpr, BLOCK_S: tl.constexpr, IEEE: tl.constexpr, EXP2: tl.constexpr,
-    PDL: tl.constexpr,
+    DIRECT: tl.constexpr, IEEE: tl.constexpr, EXP2: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Program (b * Hkv + j, s): q/k prep of kv head j's heads, the cache write (by the program
     whose chunk holds the position) and attention over the s-th chunk of [0, seq_lens[b])."""
@@ -331,54 +326,46 @@ def _attention(
             kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2,
         )  # fmt: skip
 
-    o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * D + offs_h[None, :]
-    n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones
-    if DIRECT or n_chunks == 1:
-        if split == 0:
-            tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
-            tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
-    elif split < n_chunks:
+    if DIRECT:
+        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * D + offs_h[None, :]
+        tl.store(o_rows, (acc_lo / l_i[:, None]).to(dtype), mask=in_group[:, None])
+        tl.store(o_rows + HALF, (acc_hi / l_i[:, None]).to(dtype), mask=in_group[:, None])
+    else:
         part_row = (b * Hkv * GROUP + heads) * SPLIT + split  # [BLOCK_G] rows of [B*Hq*SPLIT]
+        empty = l_i == 0.0
+        safe_l = tl.where(empty, 1.0, l_i)
         dst = part_ptr + part_row[:, None].to(tl.int64) * D + offs_h[None, :]
-        tl.store(dst, acc_lo / l_i[:, None], mask=in_group[:, None])
-        tl.store(dst + HALF, acc_hi / l_i[:, None], mask=in_group[:, None])
+        tl.store(dst, acc_lo / safe_l[:, None], mask=in_group[:, None])
+        tl.store(dst + HALF, acc_hi / safe_l[:, None], mask=in_group[:, None])
         if EXP2:
-            lse = m_i + tl.log2(l_i)
+            lse = tl.where(empty, -float("inf"), m_i + tl.log2(safe_l))
         else:
-            lse = m_i + tl.log(l_i)
+            lse = tl.where(empty, -float("inf"), m_i + tl.log(safe_l))
         tl.store(lse_ptr + part_row, lse, mask=in_group)
-        tl.debug_barrier()  # every thread's partials stored before the ticket is taken
-        ticket = tl.atomic_add(ticket_ptr + pid, 1, sem="acq_rel", scope="gpu")
-        if ticket == n_chunks - 1:  # the last chunk to finish merges them all
-            tl.store(ticket_ptr + pid, 0)
-            for g in tl.static_range(GROUP):
-                _merge(part_ptr, lse_ptr, out_ptr + b.to(tl.int64) * stride_ob,
-                       (b * Hkv + j) * GROUP + g, j * GROUP + g, n_chunks, SPLIT,
-                       D, BLOCK_S, EXP2)  # fmt: skip
 
 
 @triton.jit
-def _merge(
-    part_ptr, lse_ptr, out_b, row, h, n_chunks, SPLIT,
-    D: tl.constexpr, BLOCK_S: tl.constexpr, EXP2: tl.constexpr,
+def _combine(
+    part_ptr, lse_ptr, out_ptr, Hq, SPLIT, stride_ob,
+    D: tl.constexpr, BLOCK_S: tl.constexpr, EXP2: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """out_b[h * D:] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of query
-    row `row` (of B * Hq), w_s = exp(lse_s - max lse); read through L2 (.cg): other programs
-    of this launch wrote them."""
+    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s over the SPLIT chunks of query
+    row b * Hq + h, w_s = exp(lse_s - max lse): 0 for an empty chunk (never the first)."""
+    row = tl.program_id(0)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    live = offs_s < n_chunks
-    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"),
-                  cache_modifier=".cg")  # fmt: skip
+    live = offs_s < SPLIT
+    _pdl_enter(PDL)
+    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"))
     w = _exp(lse - tl.max(lse, axis=0), EXP2)
     parts = tl.load(
         part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
         mask=live[:, None],
         other=0.0,
-        cache_modifier=".cg",
     )
     out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
-    tl.store(out_b + h * D + offs_d, out.to(out_b.dtype.element_ty))
+    out_b = out_ptr + (row // Hq).to(tl.int64) * stride_ob
+    tl.store(out_b + (row % Hq) * D + offs_d, out.to(out_ptr.dtype.element_ty))
 
 
 # --- launchers ---------------------------------------------------------------------------------
@@ -466,17 +453,6 @@ def _gate_up_silu(x, norm_weight, gate_up, eps, pdl):
     return act
 
 
-_TICKETS: dict[tuple[str, int | None], list[torch.Tensor]] = {}
-
-
-def _tickets(device, n):
-    """At least n zeroed int32 counters on `device`; every buffer handed out is kept."""
-    kept = _TICKETS.setdefault((device.type, device.index), [])
-    if not kept or kept[-1].numel() < n:
-        kept.append(torch.zeros(max(n, 256), dtype=torch.int32, device=device))
-    return kept[-1]
-
-
 def _split(max_len, programs_per_split, device):
     """Chunks per sequence for a bound `max_len` on seq_lens (a power of two)."""
     if not SPLIT_KV or max_len <= DIRECT_MAX:
@@ -498,20 +474,24 @@ def _attend(
     split = _split(min(max_len, S), B * hkv, qkv.device)
     out = torch.empty((B, hq * D), device=qkv.device, dtype=qkv.dtype)
     if split == 1:
-        part = lse = tickets = out  # unused
+        part = lse = out  # unused
     else:
         part = torch.empty((B * hq, split, D), device=qkv.device, dtype=torch.float32)
         lse = torch.empty((B * hq, split), device=qkv.device, dtype=torch.float32)
-        tickets = _tickets(qkv.device, B * hkv)
     _attention[(B * hkv, split)](
         qkv, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out, part, lse,
-        tickets, scale, eps, split, hkv, S, cos.shape[0], qkv.stride(0),
+        scale, eps, split, hkv, S, cos.shape[0], qkv.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0),
         GROUP=group, D=D, BLOCK_G=max(16, _next_pow2(group)), BLOCK_N=ATTN_BLOCK_N,
-        DIRECT=split == 1, BLOCK_S=_next_pow2(split), IEEE=qkv.dtype == torch.float32,
-        EXP2=EXP2, PDL=pdl, num_warps=ATTN_WARPS, launch_pdl=pdl,
+        DIRECT=split == 1, IEEE=qkv.dtype == torch.float32, EXP2=EXP2, PDL=pdl,
+        num_warps=ATTN_WARPS, launch_pdl=pdl,
     )  # fmt: skip
+    if split > 1:
+        _combine[(B * hq,)](
+            part, lse, out, hq, split, out.stride(0),
+            D=D, BLOCK_S=_next_pow2(split), EXP2=EXP2, PDL=pdl, num_warps=4, launch_pdl=pdl,
+        )  # fmt: skip
     return out
 
 
