@@ -14,8 +14,9 @@
 # the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
 # checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
-# TESTS selects the GPU test paths (default: tests); STAGE_VARIANTS the decode_stages launch
-# variants (default: all of them), e.g. STAGE_VARIANTS=default,tickets.
+# TESTS selects the GPU test paths (default: tests), TESTS_MARK their marker expression
+# (default: gpu, about 9 minutes on an H200; "gpu and not slow" about 4), STAGE_VARIANTS the
+# decode_stages launch variants (default: all of them), e.g. STAGE_VARIANTS=default,tickets.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-$PWD/out}
@@ -45,7 +46,7 @@ for s in "${sections[@]}"; do
   # shellcheck disable=SC2086  # TESTS and STAGE_VARIANTS split on purpose
   case $s in
     env) run_section env $PY scripts/gpu/env_info.py ;;
-    tests) run_section tests $PY -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} \
+    tests) run_section tests $PY -m pytest -m "${TESTS_MARK:-gpu}" -q -p no:cacheprovider ${TESTS:-tests} \
              --junitxml="$OUT/gpu_tests.xml" ;;
     engine) checkpoint && run_section engine bash scripts/gpu/engine_check.sh ;;
     stages) checkpoint && run_section stages $PY -m evokernel.bench.decode_stages \

@@ -13,7 +13,7 @@
 # after that, so the file is complete before a 10-minute limit) and PYTHON (python3) override.
 # The last line printed is the bench's JSON summary. Exit status: the bench's.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}

@@ -9,7 +9,7 @@
 # Each run's JSON line goes to ${OUT:-out}/engine_<run>.json; a table is printed last.
 # Exit 1 if any run fails (verify out of tolerance included).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}

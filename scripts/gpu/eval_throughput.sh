@@ -18,7 +18,7 @@
 # the GPU and held = holding it), the false rejections (goal 0) and each rejected program.
 # Exit status: the bench's.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}

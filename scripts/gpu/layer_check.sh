@@ -16,7 +16,7 @@
 # SEARCH_MINUTES override. Exit status:
 # the number of failed sections.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -39,6 +39,7 @@ section() {
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s ==="
 }
 
+# shellcheck disable=SC2329  # called through section
 pack() {  # preset tag
   local preset=$1 tag=$2 ckpt=/tmp/evokernel-$1
   [ -f "$ckpt/config.json" ] || $PY -m evokernel model random "$ckpt" --preset "$preset" --seed 0 \
@@ -52,9 +53,9 @@ pack() {  # preset tag
 
 for s in "${sections[@]}"; do
   case $s in
-    eval) section eval $PY -m evokernel eval decode_layer src/evokernel/tasks/decode_layer/seed.py \
+    eval) section eval "$PY" -m evokernel eval decode_layer src/evokernel/tasks/decode_layer/seed.py \
             --device cuda --json ;;
-    search) section search $PY -m evokernel.bench.evolve_bench --tasks decode_layer --out "$OUT" \
+    search) section search "$PY" -m evokernel.bench.evolve_bench --tasks decode_layer --out "$OUT" \
               --max-minutes "${SEARCH_MINUTES:-8}" ;;
     pack06) section pack06 pack qwen3-0.6b 06 ;;
     pack17) section pack17 pack qwen3-1.7b 17 ;;

@@ -25,6 +25,7 @@ def _public() -> list[str]:
     return [s.name for s in get_task(TASK).scenarios("cuda")]
 
 
+@pytest.mark.slow
 def test_seed_graph_timed_against_engine_and_torch_layers() -> None:
     names = _public()
     opts = EvalOptions(seed=5, scenarios=(names[0], names[-1]), hidden=True, timeout_s=420)

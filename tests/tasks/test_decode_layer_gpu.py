@@ -37,6 +37,7 @@ def _impls(tmp_path) -> dict:
     return {"seed": seed, "engine": layer_task.engine_layer, "torch": layer_task.torch_layer}
 
 
+@pytest.mark.slow
 def test_seed_and_baselines_are_correct_on_every_gpu_scenario(tmp_path):
     impls = _impls(tmp_path)
     for seed in (0, 1):
@@ -54,6 +55,7 @@ def test_seed_and_baselines_are_correct_on_every_gpu_scenario(tmp_path):
                 torch.cuda.empty_cache()
 
 
+@pytest.mark.slow
 def test_every_knob_setting_is_correct_with_pdl(tmp_path):
     module = load_candidate(TASK.seed_candidate, tmp_path)
     if torch.cuda.get_device_capability()[0] >= 9:
