@@ -92,6 +92,7 @@ COMBINES = {
     "ticket": decode.DecodeTuning(ticket_combine=True),
     "kernel": decode.DecodeTuning(),
     "short-tiles": decode.DecodeTuning(short_block_n=16, short_max=512),  # 16-row tiles
+    "short-1warp": decode.DecodeTuning(short_block_n=16, short_warps=1, short_max=512),
 }
 
 
@@ -208,5 +209,10 @@ def test_short_tiles_apply_up_to_their_bound() -> None:
     tuning = decode.DecodeTuning(short_block_n=32)
     assert [tuning.attention_block_n(n) for n in (1, 256, 257, 4096)] == [32, 32, 64, 64]
     assert decode.DEFAULT.attention_block_n(1) == decode.DEFAULT.attn_block_n
+    tuning = decode.DecodeTuning(short_warps=2)
+    assert [tuning.attention_warps(n) for n in (1, 256, 257)] == [2, 2, decode.DEFAULT.attn_warps]
+    assert decode.DEFAULT.attention_warps(1) == decode.DEFAULT.attn_warps
     with pytest.raises(AssertionError, match="short_block_n"):
         decode.DecodeTuning(short_block_n=24)
+    with pytest.raises(AssertionError):
+        decode.DecodeTuning(short_warps=3)

@@ -41,7 +41,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
     "attn-n32": {"attn_block_n": 32},
-    "short-n32": {"short_block_n": 32},  # 32-row tiles in the first bucket only
+    # The first bucket (bounds <= 256) only: smaller tiles, fewer warps (shorter barrier chains).
+    "short-n32": {"short_block_n": 32},
+    "short-n16": {"short_block_n": 16},
+    "short-n32-w2": {"short_block_n": 32, "short_warps": 2},
+    "short-n16-w1": {"short_block_n": 16, "short_warps": 1},
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
     "chunk128": {"min_chunk": 128},
     "chunk256": {"min_chunk": 256},

@@ -40,6 +40,7 @@ class DecodeTuning:
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 0  # if set, the tile for bounds <= short_max (the first graph bucket)
+    short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
     short_max: int = 256
     attn_warps: int = 4
     direct_max: int = 256  # up to this bound one program per kv head (no split)
@@ -56,12 +57,19 @@ class DecodeTuning:
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
         short = self.short_block_n
         assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
+        assert self.short_warps in (0, 1, 2, 4, 8) and self.attn_warps in (1, 2, 4, 8)
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
         if self.short_block_n and bound <= self.short_max:
             return self.short_block_n
         return self.attn_block_n
+
+    def attention_warps(self, bound: int) -> int:
+        """Warps per attention program for a launch bounded by `bound`."""
+        if self.short_warps and bound <= self.short_max:
+            return self.short_warps
+        return self.attn_warps
 
 
 DEFAULT = DecodeTuning()
@@ -294,7 +302,7 @@ def _attention(
         GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_N=tuning.attention_block_n(bound), FUSED=fused, DIRECT=split == 1,
         TICKET=ticket, BLOCK_S=next_pow2(split), IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
-        num_warps=tuning.attn_warps, launch_pdl=tuning.pdl,
+        num_warps=tuning.attention_warps(bound), launch_pdl=tuning.pdl,
     )  # fmt: skip
     if split > 1 and not ticket:
         attention_combine_kernel[(B * hq,)](
