@@ -283,17 +283,18 @@ def _merge(
     D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """out_b[h, :] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of query
-    row `row` (of B * Hq), w_s = 2^(lse_s - max lse) (0 for an empty chunk: lse -inf, partial
-    0); read through L2 (.cg): with TICKET, other programs of this launch wrote them."""
+    row `row` (of B * Hq), w_s = 2^(lse_s - max lse): 0 for an empty chunk (lse -inf), whose
+    partial is not read; read through L2 (.cg): with TICKET, other programs of this launch
+    wrote them."""
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
     live = offs_s < n_chunks
     lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"),
                   cache_modifier=".cg")  # fmt: skip
     w = tl.exp2(lse - tl.max(lse, axis=0))
-    parts = tl.load(
+    parts = tl.load(  # an empty chunk's partial is not read
         part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
-        mask=live[:, None],
+        mask=(live & (w > 0))[:, None],
         other=0.0,
         cache_modifier=".cg",
     )

@@ -50,8 +50,8 @@ class DecodeTuning:
     max_split: int = 64
 
     def __post_init__(self) -> None:
-        names = ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split")
-        for name in (*names, "short_max"):
+        for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
+                     "short_max"):  # fmt: skip
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)

@@ -19,14 +19,12 @@ Attention: program (b * Hkv + j, s) serves kv head j of sequence b and its GROUP
 (padded to BLOCK_G >= 16 rows for tensor-core dots), online softmax in float32 over BLOCK_N-row
 tiles of the s-th chunk; the context is split (SPLIT > 1) only beyond DIRECT_MAX cache
 positions, into chunks of at least MIN_CHUNK and at most PROGRAMS_PER_SM programs per SM.
-Every chunk stores its normalised partial and log-sum-exp (an empty one: 0 and -inf), and a
-second launch, `_combine`, merges them per query row.
 
 Structural knobs:
   PDL           programmatic dependent launch (CUDA sm_90+ only; checked once per device, never
                 under the interpreter): each kernel loads its weights (and the first K/V tile)
                 before it waits for the previous kernel, and lets the next one launch early.
-  SPLIT_KV      False: one program per (sequence, kv head) over the whole context, no merge.
+  SPLIT_KV      False: one program per (sequence, kv head) over the whole context, no combine.
   EXP2          base-2 softmax (exp2 with log2(e) folded into the scale) or natural exp.
   FUSE_GATE_UP  False: one GEMV over the stacked gate/up rows, then a SiLU-mul kernel.
 
@@ -50,7 +48,7 @@ EXP2 = True  # tune: False, True
 FUSE_GATE_UP = True  # tune: False, True
 GEMV_WARPS = 0  # 0: 8 warps for tiles of >= 16K elements, else 4
 ATTN_WARPS = 4
-DIRECT_MAX = 256  # up to this bound one pass per kv head (no split)
+DIRECT_MAX = 256  # up to this bound one pass per kv head (no combine kernel)
 MIN_CHUNK = 64  # beyond it, positions per attention program at the least
 PROGRAMS_PER_SM = 2  # B * Hkv * SPLIT up to this many per SM
 MAX_SPLIT = 64
@@ -349,23 +347,23 @@ def _combine(
     part_ptr, lse_ptr, out_ptr, Hq, SPLIT, stride_ob,
     D: tl.constexpr, BLOCK_S: tl.constexpr, EXP2: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s over the SPLIT chunks of query
-    row b * Hq + h, w_s = exp(lse_s - max lse): 0 for an empty chunk (never the first)."""
+    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s, w_s = exp(lse_s - max lse)."""
     row = tl.program_id(0)
+    b = row // Hq
+    h = row % Hq
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    live = offs_s < SPLIT
     _pdl_enter(PDL)
-    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"))
-    w = _exp(lse - tl.max(lse, axis=0), EXP2)
+    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=offs_s < SPLIT, other=-float("inf"))
+    w = _exp(lse - tl.max(lse, axis=0), EXP2)  # 0 for empty chunks (never the first)
     parts = tl.load(
         part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
-        mask=live[:, None],
+        mask=(offs_s < SPLIT)[:, None] & (w > 0)[:, None],
         other=0.0,
     )
     out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
-    out_b = out_ptr + (row // Hq).to(tl.int64) * stride_ob
-    tl.store(out_b + (row % Hq) * D + offs_d, out.to(out_ptr.dtype.element_ty))
+    o_ptrs = out_ptr + b.to(tl.int64) * stride_ob + h * D + offs_d
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
 
 
 # --- launchers ---------------------------------------------------------------------------------
