@@ -30,19 +30,16 @@ from evokernel.kernels.overlap import pdl_enter
 
 
 @triton.jit
-def _stage(src_ptr, dst_ptr, N, pid, BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, CG: tl.constexpr):
-    """dst[pid*BLOCK : +BLOCK] = src[same] + 1 (+1 if sum(src[:N]) is NaN). CG: read via L2."""
+def _stage(
+    src_ptr, dst_ptr, N, pid, BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, CACHE: tl.constexpr
+):  # fmt: skip
+    """dst[pid*BLOCK : +BLOCK] = src[same] + 1 (+1 if sum(src[:N]) is NaN). CACHE: the loads'
+    cache modifier ("" or ".cg", through L2)."""
     offs = tl.arange(0, BLOCK_N)
-    if CG:
-        x = tl.load(src_ptr + offs, mask=offs < N, other=0.0, cache_modifier=".cg")
-    else:
-        x = tl.load(src_ptr + offs, mask=offs < N, other=0.0)
+    x = tl.load(src_ptr + offs, mask=offs < N, other=0.0, cache_modifier=CACHE)
     total = tl.sum(x, axis=0)
     mine = pid * BLOCK + tl.arange(0, BLOCK)
-    if CG:
-        own = tl.load(src_ptr + mine, mask=mine < N, other=0.0, cache_modifier=".cg")
-    else:
-        own = tl.load(src_ptr + mine, mask=mine < N, other=0.0)
+    own = tl.load(src_ptr + mine, mask=mine < N, other=0.0, cache_modifier=CACHE)
     bump = tl.where(total != total, 2.0, 1.0)
     tl.store(dst_ptr + mine, own + bump, mask=mine < N)
 
@@ -52,7 +49,7 @@ def chain_kernel(
     src_ptr, dst_ptr, N, BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr
 ):  # fmt: skip
     pdl_enter(PDL)
-    _stage(src_ptr, dst_ptr, N, tl.program_id(0), BLOCK, BLOCK_N, False)
+    _stage(src_ptr, dst_ptr, N, tl.program_id(0), BLOCK, BLOCK_N, "")
 
 
 @triton.jit
@@ -64,9 +61,9 @@ def barrier_kernel(
     programs = tl.num_programs(0)
     for stage in range(STAGES):
         if stage % 2 == 0:
-            _stage(a_ptr, b_ptr, N, pid, BLOCK, BLOCK_N, True)
+            _stage(a_ptr, b_ptr, N, pid, BLOCK, BLOCK_N, ".cg")
         else:
-            _stage(b_ptr, a_ptr, N, pid, BLOCK, BLOCK_N, True)
+            _stage(b_ptr, a_ptr, N, pid, BLOCK, BLOCK_N, ".cg")
         tl.debug_barrier()  # every thread's stores issued before the arrival
         tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
         target = (stage + 1) * programs
