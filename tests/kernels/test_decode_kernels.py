@@ -91,7 +91,8 @@ ATTN_CASES = [
 COMBINES = {
     "ticket": decode.DecodeTuning(ticket_combine=True),
     "kernel": decode.DecodeTuning(),
-    "short-tiles": decode.DecodeTuning(short_block_n=16, short_max=512),  # 16-row tiles
+    # 64-row tiles throughout, one program per kv head up to 256 positions (several tiles)
+    "wide-tiles": decode.DecodeTuning(short_block_n=0, direct_max=256, min_chunk=64),
     "short-1warp": decode.DecodeTuning(short_block_n=16, short_warps=1, short_max=512),
 }
 
@@ -171,12 +172,15 @@ def test_ticket_buffers_grow_and_are_kept(device) -> None:
 def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> None:
     monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
     cuda = torch.device("cuda")
-    splits = {n: decode.attention_split(n, 8, cuda) for n in (1, 256, 257, 1024, 4096, 32768)}
-    assert splits[1] == splits[256] == 1  # one pass up to direct_max
-    assert splits[257] == 4 and splits[1024] == 16  # chunks of >= 64
-    assert splits[4096] == splits[32768] == 32  # 8 kv heads x 32 = 256 programs, two per SM
+    bounds = (1, 16, 17, 100, 256, 257, 1024, 4096, 32768)
+    splits = {n: decode.attention_split(n, 8, cuda) for n in bounds}
+    assert splits[1] == splits[16] == 1  # one pass up to direct_max
+    assert splits[17] == 2 and splits[100] == 8 and splits[256] == 16  # one-tile chunks
+    assert splits[257] == splits[1024] == splits[4096] == splits[32768] == 32  # 256 programs
     assert all(s & (s - 1) == 0 for s in splits.values())
     assert decode.attention_split(32768, 64, cuda) == 4  # batch 8: the batch fills the GPU
+    wide = decode.DecodeTuning(min_chunk=64, direct_max=256)
+    assert [decode.attention_split(n, 8, cuda, wide) for n in (256, 257, 1089)] == [1, 8, 32]
 
 
 @pytest.mark.gpu
@@ -208,7 +212,8 @@ def test_ticket_merge_holds_over_many_graph_replays() -> None:
 def test_short_tiles_apply_up_to_their_bound() -> None:
     tuning = decode.DecodeTuning(short_block_n=32)
     assert [tuning.attention_block_n(n) for n in (1, 256, 257, 4096)] == [32, 32, 64, 64]
-    assert decode.DEFAULT.attention_block_n(1) == decode.DEFAULT.attn_block_n
+    assert decode.DEFAULT.attention_block_n(1) == decode.DEFAULT.short_block_n == 16
+    assert decode.DecodeTuning(short_block_n=0).attention_block_n(1) == decode.DEFAULT.attn_block_n
     tuning = decode.DecodeTuning(short_warps=2)
     assert [tuning.attention_warps(n) for n in (1, 256, 257)] == [2, 2, decode.DEFAULT.attn_warps]
     assert decode.DEFAULT.attention_warps(1) == decode.DEFAULT.attn_warps

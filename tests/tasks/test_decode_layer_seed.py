@@ -80,6 +80,8 @@ def test_seed_defaults_are_the_engines_choices(tmp_path):
     fixed = {
         "GEMV_WARPS": engine.gemv_warps,
         "ATTN_WARPS": engine.attn_warps,
+        "SHORT_BLOCK_N": engine.short_block_n,
+        "SHORT_MAX": engine.short_max,
         "DIRECT_MAX": engine.direct_max,
         "MIN_CHUNK": engine.min_chunk,
         "PROGRAMS_PER_SM": engine.attn_programs_per_sm,

@@ -41,20 +41,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
     "attn-n32": {"attn_block_n": 32},
-    # The first bucket (bounds <= 256) only: smaller tiles, fewer warps (shorter barrier chains).
-    "short-n32": {"short_block_n": 32},
-    "short-n16": {"short_block_n": 16},
-    "short-n32-w2": {"short_block_n": 32, "short_warps": 2},
-    "short-n16-w1": {"short_block_n": 16, "short_warps": 1},
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
+    # The first bucket (bounds <= 256): other tiles and warps, one-tile chunks throughout.
+    "short-n32": {"short_block_n": 32, "direct_max": 32, "min_chunk": 32},
+    "short-n64": {"short_block_n": 0, "direct_max": 64, "min_chunk": 64},
+    "short-w1": {"short_warps": 1},
+    # One program per kv head up to 256 positions in 64-row tiles (the engine until 2026-11-23).
+    "direct256": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64},
+    "chunk64": {"min_chunk": 64},
     "chunk128": {"min_chunk": 128},
-    "chunk256": {"min_chunk": 256},
     "attn-4sm": {"attn_programs_per_sm": 4},
-    "direct64": {"direct_max": 64},
-    "direct128": {"direct_max": 128},
     # The split merged inside the attention launch by its last program (tickets).
     "tickets": {"ticket_combine": True},
-    "tickets-direct64": {"ticket_combine": True, "direct_max": 64},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 

@@ -22,14 +22,15 @@ and value products run as tensor-core dots. Positions at or past seq_lens[b] are
 With FUSED the program also does what `qk_norm_rope_append` does for the decoded token: it
 reads q and k of its heads from the packed qkv projection [B, (Hq + 2 Hkv) * D], applies the
 per-head RMSNorm and RoPE at position positions[b], and the program whose chunk holds that
-position writes K and V to the cache. The new K/V row is substituted in registers wherever a
-tile covers that position, so no program reads what another program of this launch writes.
-Without FUSED, q [B, Hq, D] is already normalised and rotated, and the cache is only read.
+position writes K and V to the cache. That program counts the new row apart, from registers
+(its score and value start the online softmax), and every tile skips the cache row at that
+position, so no program reads what another program of this launch writes.
 
-The first K/V tile is loaded before the PDL wait (the following ones at the top of the loop,
-where Triton pipelines them): cache rows below the
-current position were written by earlier steps (complete before this step's graph began), and
-the row at the current position is substituted.
+The first K/V tile is loaded before the PDL wait, and as it is used unchanged, Triton also
+converts it to the dot operands' layout there (the following tiles load at the top of the
+loop, where Triton pipelines them): cache rows other than the current position's were written
+by earlier steps, complete before this step's graph began. After the wait: the new token's
+q, k, v (loaded together), its norms and RoPE, the cache append and the tile arithmetic.
 
 Bytes per call: K and V once, 2 * sum(seq_lens) * Hkv * D * e, plus q and out; SPLIT > 1 adds
 up to B * Hq * SPLIT * (D + 1) * 4 of float32 partials written and read once.
@@ -78,19 +79,14 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 @triton.jit
 def _tile(
-    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, kn_lo, kn_hi, vn_lo, vn_hi,
-    m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED: tl.constexpr, IEEE: tl.constexpr,
+    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi, qk_scale,
+    IEEE: tl.constexpr,
 ):  # fmt: skip
-    """One K/V tile of the online softmax: (m_i, l_i, acc_lo, acc_hi) updated. With FUSED the
-    row at `pos` is the new token's (kn_*, vn_*), whatever the cache held there."""
-    if FUSED:
-        new = (offs_n == pos)[:, None]
-        k_lo = tl.where(new, kn_lo, k_lo)
-        k_hi = tl.where(new, kn_hi, k_hi)
-        v_lo = tl.where(new, vn_lo, v_lo)
-        v_hi = tl.where(new, vn_hi, v_hi)
+    """One K/V tile of the online softmax: (m_i, l_i, acc_lo, acc_hi) updated over the tile's
+    rows below `end` except the row at `pos` (the new token's, counted apart)."""
     scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
-    scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
+    live = (offs_n < end) & (offs_n != pos)
+    scores = tl.where(live[None, :], scores * qk_scale, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(scores - m_new[:, None])
@@ -182,26 +178,18 @@ def attention_kernel(
     q_lo = tl.load(q_rows, mask=in_group[:, None], other=0.0)
     q_hi = tl.load(q_rows + HALF, mask=in_group[:, None], other=0.0)
     if FUSED:
-        hq = Hkv * GROUP
+        # Every load of the new token's q, k, v first: one L2 round trip, not one per use.
+        k_row = q_ptr + b.to(tl.int64) * stride_qb + (Hkv * GROUP + j) * stride_qh + offs_h
+        k1 = tl.load(k_row).to(tl.float32)[None, :]
+        k2 = tl.load(k_row + HALF).to(tl.float32)[None, :]
+        v_row = k_row + Hkv * stride_qh
+        vn_lo = tl.load(v_row).to(dtype)[None, :]
+        vn_hi = tl.load(v_row + HALF).to(dtype)[None, :]
         q_lo, q_hi = norm_rope(q_lo.to(tl.float32), q_hi.to(tl.float32), qw1, qw2, c, s, eps, D,
                                dtype)  # fmt: skip
         q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
         q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
-        k_row = q_ptr + b.to(tl.int64) * stride_qb + (hq + j) * stride_qh + offs_h
-        kn_lo, kn_hi = norm_rope(
-            tl.load(k_row).to(tl.float32)[None, :],
-            tl.load(k_row + HALF).to(tl.float32)[None, :],
-            kw1,
-            kw2,
-            c,
-            s,
-            eps,
-            D,
-            dtype,
-        )  # fmt: skip  [1, HALF] each
-        v_row = k_row + Hkv * stride_qh
-        vn_lo = tl.load(v_row).to(dtype)[None, :]
-        vn_hi = tl.load(v_row + HALF).to(dtype)[None, :]
+        kn_lo, kn_hi = norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype)  # [1, HALF] each
         owner = (start <= pos) & (pos < end) & (pos < S) & in_table
         k_dst = k_base + pos.to(tl.int64) * stride_ks + offs_h[None, :]
         v_dst = v_base + pos.to(tl.int64) * stride_vs + offs_h[None, :]
@@ -210,21 +198,25 @@ def attention_kernel(
         tl.store(v_dst, vn_lo, mask=owner)
         tl.store(v_dst + HALF, vn_hi, mask=owner)
 
-    if not FUSED:  # no new row to substitute: placeholders the tile update ignores
-        pos = -1
-        kn_lo = k_lo
-        kn_hi = k_hi
-        vn_lo = v_lo
-        vn_hi = v_hi
     qk_scale = scale * 1.4426950408889634  # scores in log2 units
     m_i = tl.full([BLOCK_G], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
+    if FUSED:  # the new row starts the online softmax of the chunk that holds it
+        holds = (start <= pos) & (pos < end)
+        s_new = tl.sum(q_lo.to(tl.float32) * kn_lo.to(tl.float32), axis=1)
+        s_new += tl.sum(q_hi.to(tl.float32) * kn_hi.to(tl.float32), axis=1)
+        m_i = tl.where(holds, s_new * qk_scale, m_i)
+        l_i = tl.where(holds, 1.0, l_i)
+        acc_lo = tl.where(holds, acc_lo + vn_lo.to(tl.float32), acc_lo)
+        acc_hi = tl.where(holds, acc_hi + vn_hi.to(tl.float32), acc_hi)
+    else:
+        pos = -1  # no row is counted apart
     if start < end:  # the first tile, loaded before the PDL wait
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
-            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE,
         )  # fmt: skip
     for n0 in range(start + BLOCK_N, end, BLOCK_N):
         # Loads at the top of the loop: Triton pipelines them several tiles deep.
@@ -232,8 +224,8 @@ def attention_kernel(
         k_lo, k_hi = _kv_tile(k_base, offs_n, offs_h, end, stride_ks, HALF)
         v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
         m_i, l_i, acc_lo, acc_hi = _tile(
-            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos,
-            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, FUSED, IEEE,
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi,
+            qk_scale, IEEE,
         )  # fmt: skip
 
     n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones

@@ -8,14 +8,17 @@ batch); the engine's prefill keeps the unfused ops.
 
 Launch sizes: a GEMV program owns BLOCK_N weight rows and the whole K, about
 `tuning.tile_bytes` of weights (in registers, loaded before the PDL wait), with BLOCK_N lowered
-until there are at least as many programs as SMs. Attention splits the context so that
-B * Hkv * SPLIT fills the GPU at long contexts, in chunks of at least `tuning.min_chunk`
-positions beyond a first bucket served in one pass (`attention_split`). With
-`tuning.ticket_combine` the chunks are merged inside the attention launch by the last program
-of each (sequence, kv head) to finish (kernels/attention.py), so a split costs no second
-launch; the counters it needs are one zeroed int32 buffer per device (`attention_tickets`),
-kept for the process's life because captured graphs hold its address. All of it depends on
-shapes and host-side bounds only: no host sync, graph-capturable.
+until there are at least as many programs as SMs. Attention splits the context into chunks
+of at least `tuning.min_chunk` positions, as many as B * Hkv * SPLIT programs fit on the GPU
+(`attention_split`): where a chunk is one tile, each program's whole share of the cache is
+loaded before its PDL wait, and after the wait only the new token's row and the arithmetic
+remain; launches bounded by the first graph bucket use 16-row tiles. Chunks are merged by a
+second launch (`attention_combine_kernel`), or, with `tuning.ticket_combine`, inside the
+attention launch by the last program of each (sequence, kv head) to finish
+(kernels/attention.py), so a split costs no second launch; the counters it needs are one
+zeroed int32 buffer per device (`attention_tickets`), kept for the process's life because
+captured graphs hold its address. All of it depends on shapes and host-side bounds only: no
+host sync, graph-capturable.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ class DecodeTuning:
     tile_bytes: int = 32 * 1024  # weight bytes per GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
     attn_block_n: int = 64  # positions per attention tile
-    short_block_n: int = 0  # if set, the tile for bounds <= short_max (the first graph bucket)
+    short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
     short_max: int = 256
     attn_warps: int = 4
-    direct_max: int = 256  # up to this bound one program per kv head (no split)
+    direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
-    min_chunk: int = 64  # beyond it, positions per attention program at the least
+    min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
 
@@ -203,16 +206,17 @@ def attention_split(
     max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
 ) -> int:
     """Chunks per sequence for a bound `max_len` on seq_lens: 1 up to `tuning.direct_max` (one
-    pass); beyond, chunks of at least `min_chunk` positions and at most `attn_programs_per_sm`
-    programs per SM in all (programs_per_split = B * Hkv); a power of two. The chunk size
-    follows each sequence's own length at run time, so short sequences under a long bound
-    leave trailing chunks empty."""
+    pass); beyond, chunks of at least `min_chunk` positions, their count rounded up to a power
+    of two (so that a chunk is one tile where the programs allow) but at most
+    `attn_programs_per_sm` programs per SM in all (programs_per_split = B * Hkv) and
+    `max_split`. The chunk size follows each sequence's own length at run time, so short
+    sequences under a long bound leave trailing chunks empty."""
     if max_len <= tuning.direct_max:
         return 1
-    want = cdiv(max_len, tuning.min_chunk)
+    want = next_pow2(cdiv(max_len, tuning.min_chunk))
     cap = max(1, tuning.attn_programs_per_sm * sm_count(device) // max(1, programs_per_split))
-    split = min(want, cap, tuning.max_split)
-    return 1 << (split.bit_length() - 1)
+    cap = 1 << (min(cap, tuning.max_split).bit_length() - 1)
+    return min(want, cap)
 
 
 def decode_attention_qkv(

@@ -5,7 +5,7 @@ one file. Five launches per layer, in `Qwen3Model._decode_layers`' order:
   1. `_norm_gemv`      qkv = W_qkv @ rms_norm(h)                         [B, (Hq + 2 Hkv) D]
   2. `_attention`      per kv head: q/k RMSNorm + RoPE at positions[b], K and V written to the
                        cache at positions[b], flash-decoding over [0, seq_lens[b]) with the new
-                       row substituted in registers; `_combine` merges the chunks (SPLIT > 1)
+                       row counted apart, from registers; `_combine` merges the chunks (SPLIT > 1)
   3. `_gemv_add`       h += W_o @ attn, in place
   4. `_norm_gate_up`   act = silu(W_g @ n) * (W_u @ n), n = rms_norm(h)
   5. `_gemv_add`       h += W_down @ act, in place; returns h
@@ -17,8 +17,10 @@ projection, the residual sums, SiLU and its product).
 
 Attention: program (b * Hkv + j, s) serves kv head j of sequence b and its GROUP query heads
 (padded to BLOCK_G >= 16 rows for tensor-core dots), online softmax in float32 over BLOCK_N-row
-tiles of the s-th chunk; the context is split (SPLIT > 1) only beyond DIRECT_MAX cache
-positions, into chunks of at least MIN_CHUNK and at most PROGRAMS_PER_SM programs per SM.
+tiles of the s-th chunk (SHORT_BLOCK_N-row tiles under bounds up to SHORT_MAX); the context
+is split (SPLIT > 1) beyond DIRECT_MAX cache positions, into chunks of at least MIN_CHUNK, their
+count rounded up to a power of two within PROGRAMS_PER_SM programs per SM, so that where the
+GPU has room a chunk is one tile, loaded (and converted for the dots) before the PDL wait.
 
 Structural knobs:
   PDL           programmatic dependent launch (CUDA sm_90+ only; checked once per device, never
@@ -48,8 +50,10 @@ EXP2 = True  # tune: False, True
 FUSE_GATE_UP = True  # tune: False, True
 GEMV_WARPS = 0  # 0: 8 warps for tiles of >= 16K elements, else 4
 ATTN_WARPS = 4
-DIRECT_MAX = 256  # up to this bound one pass per kv head (no combine kernel)
-MIN_CHUNK = 64  # beyond it, positions per attention program at the least
+SHORT_BLOCK_N = 16  # attention tile rows for bounds up to SHORT_MAX
+SHORT_MAX = 256
+DIRECT_MAX = 16  # up to this bound one pass per kv head (no combine kernel)
+MIN_CHUNK = 16  # beyond it, positions per attention program at the least
 PROGRAMS_PER_SM = 2  # B * Hkv * SPLIT up to this many per SM
 MAX_SPLIT = 64
 
@@ -210,18 +214,14 @@ def _exp(x, EXP2: tl.constexpr):
 
 @triton.jit
 def _tile(
-    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, kn_lo, kn_hi, vn_lo, vn_hi,
-    m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE: tl.constexpr, EXP2: tl.constexpr,
+    q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi, qk_scale,
+    IEEE: tl.constexpr, EXP2: tl.constexpr,
 ):  # fmt: skip
-    """One K/V tile of the online softmax (scores in log2 units when EXP2); the row at `pos`
-    is the new token's (kn_*, vn_*), whatever the cache held there."""
-    new = (offs_n == pos)[:, None]
-    k_lo = tl.where(new, kn_lo, k_lo)
-    k_hi = tl.where(new, kn_hi, k_hi)
-    v_lo = tl.where(new, vn_lo, v_lo)
-    v_hi = tl.where(new, vn_hi, v_hi)
+    """One K/V tile of the online softmax (scores in log2 units when EXP2) over its rows below
+    `end` except the row at `pos` (the new token's, counted apart)."""
     scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
-    scores = tl.where((offs_n < end)[None, :], scores * qk_scale, -float("inf"))
+    live = (offs_n < end) & (offs_n != pos)
+    scores = tl.where(live[None, :], scores * qk_scale, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))
     alpha = _exp(m_i - m_new, EXP2)
     p = _exp(scores - m_new[:, None], EXP2)
@@ -260,8 +260,8 @@ def _attention(
     in_group = offs_g < GROUP
     k_base = k_ptr + b.to(tl.int64) * stride_kb + j * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + j * stride_vh
-    # The first K/V tile before the PDL wait: rows below the position were written by earlier
-    # steps; the row at the position is substituted below.
+    # The first K/V tile before the PDL wait: rows other than the position's were written by
+    # earlier steps; the row at the position is counted apart below.
     k_lo, k_hi = _kv_tile(k_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_ks, HALF)
     v_lo, v_hi = _kv_tile(v_base, start + tl.arange(0, BLOCK_N), offs_h, end, stride_vs, HALF)
 
@@ -278,21 +278,21 @@ def _attention(
 
     _pdl_enter(PDL)
 
+    # Every load of the new token's q, k, v first: one L2 round trip, not one per use.
     row = qkv_ptr + b.to(tl.int64) * stride_qkv
     q_rows = row + heads[:, None] * D + offs_h[None, :]
     q_lo = tl.load(q_rows, mask=in_group[:, None], other=0.0).to(tl.float32)
     q_hi = tl.load(q_rows + HALF, mask=in_group[:, None], other=0.0).to(tl.float32)
-    q_lo, q_hi = _norm_rope(q_lo, q_hi, qw1, qw2, c, s, eps, D, dtype)
-    q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
-    q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
-    hq = Hkv * GROUP
-    k_row = row + (hq + j) * D + offs_h
+    k_row = row + (Hkv * GROUP + j) * D + offs_h
     k1 = tl.load(k_row).to(tl.float32)[None, :]  # [1, HALF]
     k2 = tl.load(k_row + HALF).to(tl.float32)[None, :]
-    kn_lo, kn_hi = _norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype)
     v_row = k_row + Hkv * D
     vn_lo = tl.load(v_row).to(dtype)[None, :]
     vn_hi = tl.load(v_row + HALF).to(dtype)[None, :]
+    q_lo, q_hi = _norm_rope(q_lo, q_hi, qw1, qw2, c, s, eps, D, dtype)
+    q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
+    q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
+    kn_lo, kn_hi = _norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype)
     owner = (start <= pos) & (pos < end) & (pos < S) & in_table
     k_dst = k_base + pos.to(tl.int64) * stride_ks + offs_h[None, :]
     v_dst = v_base + pos.to(tl.int64) * stride_vs + offs_h[None, :]
@@ -309,10 +309,17 @@ def _attention(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
+    holds = (start <= pos) & (pos < end)  # the new row starts this chunk's online softmax
+    s_new = tl.sum(q_lo.to(tl.float32) * kn_lo.to(tl.float32), axis=1)
+    s_new += tl.sum(q_hi.to(tl.float32) * kn_hi.to(tl.float32), axis=1)
+    m_i = tl.where(holds, s_new * qk_scale, m_i)
+    l_i = tl.where(holds, 1.0, l_i)
+    acc_lo = tl.where(holds, acc_lo + vn_lo.to(tl.float32), acc_lo)
+    acc_hi = tl.where(holds, acc_hi + vn_hi.to(tl.float32), acc_hi)
     if start < end:  # the first tile, loaded before the PDL wait
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
-            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2,
+            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2,
         )  # fmt: skip
     for n0 in range(start + BLOCK_N, end, BLOCK_N):
         # Loads at the top of the loop: Triton pipelines them several tiles deep.
@@ -320,8 +327,8 @@ def _attention(
         k_lo, k_hi = _kv_tile(k_base, offs_n, offs_h, end, stride_ks, HALF)
         v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
         m_i, l_i, acc_lo, acc_hi = _tile(
-            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos,
-            kn_lo, kn_hi, vn_lo, vn_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2,
+            q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi,
+            qk_scale, IEEE, EXP2,
         )  # fmt: skip
 
     if DIRECT:
@@ -452,13 +459,14 @@ def _gate_up_silu(x, norm_weight, gate_up, eps, pdl):
 
 
 def _split(max_len, programs_per_split, device):
-    """Chunks per sequence for a bound `max_len` on seq_lens (a power of two)."""
+    """Chunks per sequence for a bound `max_len` on seq_lens: a power of two, rounded up from
+    chunks of MIN_CHUNK within PROGRAMS_PER_SM programs per SM and MAX_SPLIT."""
     if not SPLIT_KV or max_len <= DIRECT_MAX:
         return 1
-    want = triton.cdiv(max_len, MIN_CHUNK)
+    want = _next_pow2(triton.cdiv(max_len, MIN_CHUNK))
     cap = max(1, PROGRAMS_PER_SM * _sm_count(device) // max(1, programs_per_split))
-    split = min(want, cap, MAX_SPLIT)
-    return 1 << (split.bit_length() - 1)
+    cap = 1 << (min(cap, MAX_SPLIT).bit_length() - 1)
+    return min(want, cap)
 
 
 def _attend(
@@ -469,7 +477,9 @@ def _attend(
     _, hkv, S, D = k_cache.shape
     hq = qkv.shape[1] // D - 2 * hkv
     group = hq // hkv
-    split = _split(min(max_len, S), B * hkv, qkv.device)
+    bound = min(max_len, S)
+    split = _split(bound, B * hkv, qkv.device)
+    block_n = SHORT_BLOCK_N if bound <= SHORT_MAX else ATTN_BLOCK_N
     out = torch.empty((B, hq * D), device=qkv.device, dtype=qkv.dtype)
     if split == 1:
         part = lse = out  # unused
@@ -481,7 +491,7 @@ def _attend(
         scale, eps, split, hkv, S, cos.shape[0], qkv.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0),
-        GROUP=group, D=D, BLOCK_G=max(16, _next_pow2(group)), BLOCK_N=ATTN_BLOCK_N,
+        GROUP=group, D=D, BLOCK_G=max(16, _next_pow2(group)), BLOCK_N=block_n,
         DIRECT=split == 1, IEEE=qkv.dtype == torch.float32, EXP2=EXP2, PDL=pdl,
         num_warps=ATTN_WARPS, launch_pdl=pdl,
     )  # fmt: skip
