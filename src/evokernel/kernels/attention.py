@@ -24,7 +24,8 @@ reads q and k of its heads from the packed qkv projection [B, (Hq + 2 Hkv) * D],
 per-head RMSNorm and RoPE at position positions[b], and the program whose chunk holds that
 position writes K and V to the cache. That program counts the new row apart, from registers
 (its score and value start the online softmax), and every tile skips the cache row at that
-position, so no program reads what another program of this launch writes.
+position, so no program reads what another program of this launch writes. Without FUSED,
+q [B, Hq, D] is already normalised and rotated, and the cache is only read.
 
 The first K/V tile is loaded before the PDL wait, and as it is used unchanged, Triton also
 converts it to the dot operands' layout there (the following tiles load at the top of the
