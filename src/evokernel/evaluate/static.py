@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from evokernel import pysource
 from evokernel.evaluate.result import reason
 from evokernel.tasks.blocks import BlockError, find_block
 
@@ -149,7 +150,7 @@ class _Checker(ast.NodeVisitor):
 def check_source(source: str) -> list[str]:
     """Reason lines for every problem found (empty: the source passes)."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as err:
         return [reason("static", f"line {err.lineno}: syntax error: {err.msg}")]
     try:
@@ -192,7 +193,7 @@ def _decorator_name(node: ast.expr) -> str:
 def triton_kernels(source: str) -> list[str]:
     """Names of functions decorated with `triton.jit` (directly or under autotune etc.)."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError:
         return []
     names = []

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from evokernel import pysource
 from evokernel.errors import ConfigError
 from evokernel.evaluate.result import EvalResult, reason
 from evokernel.evolve.config import SearchConfig
@@ -85,7 +86,7 @@ class GenericProblem:
         self.cfg = cfg
         self.name = name
         try:
-            doc = ast.get_docstring(ast.parse(seed_code)) or ""
+            doc = ast.get_docstring(pysource.parse(seed_code)) or ""
         except SyntaxError:
             doc = ""
         self.description = doc
@@ -96,7 +97,7 @@ class GenericProblem:
     ) -> GenericProblem:
         code = read_program(program)
         try:
-            tree = ast.parse(read_user_file("--evaluator", evaluator))
+            tree = pysource.parse(read_user_file("--evaluator", evaluator))
         except SyntaxError as err:
             raise ConfigError(f"--evaluator {evaluator}: not valid Python ({err.msg})") from None
         if not any(isinstance(n, ast.FunctionDef) and n.name == "evaluate" for n in tree.body):

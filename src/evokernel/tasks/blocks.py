@@ -27,12 +27,13 @@ Contracts:
 
 from __future__ import annotations
 
-import ast
 import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from evokernel import pysource
 
 START = "# EVOLVE-BLOCK-START"
 END = "# EVOLVE-BLOCK-END"
@@ -180,8 +181,8 @@ def parse_knobs(source: str) -> list[Knob]:
                 )
             continue
         try:
-            value = ast.literal_eval(m["value"].strip())
-            choices = ast.literal_eval(f"({m['choices']},)")
+            value = pysource.literal_eval(m["value"].strip())
+            choices = pysource.literal_eval(f"({m['choices']},)")
         except (ValueError, SyntaxError) as err:
             msg = f"line {i + 1}: bad tune declaration ({err}): {line.strip()}"
             raise BlockError(msg) from None
