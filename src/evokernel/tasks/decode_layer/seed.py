@@ -293,7 +293,8 @@ def _attention(
     q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
     q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
     kn_lo, kn_hi = _norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype)
-    owner = (start <= pos) & (pos < end) & (pos < S) & in_table
+    holds = (start <= pos) & (pos < end)  # this chunk holds the new row
+    owner = holds & (pos < S) & in_table
     k_dst = k_base + pos.to(tl.int64) * stride_ks + offs_h[None, :]
     v_dst = v_base + pos.to(tl.int64) * stride_vs + offs_h[None, :]
     tl.store(k_dst, kn_lo, mask=owner)
@@ -309,7 +310,7 @@ def _attention(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc_lo = tl.zeros([BLOCK_G, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_G, HALF], tl.float32)
-    holds = (start <= pos) & (pos < end)  # the new row starts this chunk's online softmax
+    # The new row starts the online softmax of the chunk that holds it.
     s_new = tl.sum(q_lo.to(tl.float32) * kn_lo.to(tl.float32), axis=1)
     s_new += tl.sum(q_hi.to(tl.float32) * kn_hi.to(tl.float32), axis=1)
     m_i = tl.where(holds, s_new * qk_scale, m_i)
