@@ -115,7 +115,7 @@ SCRIPT = textwrap.dedent(
                                   (True, False, True), (False, False, True)):
         out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128, "BLOCK_G": 16,
             "BLOCK_N": 64, "FUSED": fused, "DIRECT": direct, "TICKET": ticket,
-            "BLOCK_S": 32, "IEEE": False, **flags}, 4,
+            "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False, **flags}, 4,
             ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
         no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",

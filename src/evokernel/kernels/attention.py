@@ -137,6 +137,7 @@ def attention_kernel(
     DIRECT: tl.constexpr,
     TICKET: tl.constexpr,
     BLOCK_S: tl.constexpr,  # >= SPLIT (TICKET)
+    BLOCK_R: tl.constexpr,  # >= GROUP, a power of two (TICKET)
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -244,10 +245,9 @@ def attention_kernel(
             ticket = tl.atomic_add(ticket_ptr + pid, 1, sem="acq_rel", scope="gpu")
             if ticket == n_chunks - 1:  # the last chunk to finish merges them all
                 tl.store(ticket_ptr + pid, 0)
-                for g in tl.static_range(GROUP):
-                    _merge(part_ptr, lse_ptr, out_ptr + b.to(tl.int64) * stride_ob,
-                           (b * Hkv + j) * GROUP + g, j * GROUP + g, n_chunks, SPLIT,
-                           stride_oh, D, BLOCK_S)  # fmt: skip
+                _merge(part_ptr, lse_ptr, out_ptr + b.to(tl.int64) * stride_ob,
+                       (b * Hkv + j) * GROUP, j * GROUP, n_chunks, SPLIT, stride_oh, GROUP, D,
+                       BLOCK_R, BLOCK_S)  # fmt: skip
     else:
         _store_partial(part_ptr, lse_ptr, b * Hkv * GROUP + heads, split, SPLIT, in_group,
                        offs_h, m_i, l_i, acc_lo, acc_hi, D, HALF)  # fmt: skip
@@ -272,27 +272,29 @@ def _store_partial(
 
 @triton.jit
 def _merge(
-    part_ptr, lse_ptr, out_b, row, h, n_chunks, SPLIT, stride_oh,
-    D: tl.constexpr, BLOCK_S: tl.constexpr,
+    part_ptr, lse_ptr, out_b, row0, h0, n_chunks, SPLIT, stride_oh,
+    ROWS: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """out_b[h, :] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of query
-    row `row` (of B * Hq), w_s = 2^(lse_s - max lse): 0 for an empty chunk (lse -inf), whose
-    partial is not read; read through L2 (.cg): with TICKET, other programs of this launch
-    wrote them."""
+    """out_b[h0 + r, :] = sum_s w_s * part_s / sum_s w_s over the first n_chunks chunks of
+    query rows row0 + r (of B * Hq), r < ROWS, w_s = 2^(lse_s - max lse): 0 for an empty chunk
+    (lse -inf, partial 0). Every chunk read must have been written this step. All ROWS rows'
+    log-sum-exps and partials are loaded at once (one L2 round trip, no load waiting on
+    another), through L2 (.cg): with TICKET, other programs of this launch wrote them."""
+    offs_r = tl.arange(0, BLOCK_R)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    live = offs_s < n_chunks
-    lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=live, other=-float("inf"),
-                  cache_modifier=".cg")  # fmt: skip
-    w = tl.exp2(lse - tl.max(lse, axis=0))
-    parts = tl.load(  # an empty chunk's partial is not read
-        part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
-        mask=(live & (w > 0))[:, None],
-        other=0.0,
-        cache_modifier=".cg",
-    )
-    out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
-    tl.store(out_b + h * stride_oh + offs_d, out.to(out_b.dtype.element_ty))
+    live = (offs_r < ROWS)[:, None] & (offs_s < n_chunks)[None, :]  # [BLOCK_R, BLOCK_S]
+    at = (row0 + offs_r)[:, None] * SPLIT + offs_s[None, :]
+    lse = tl.load(lse_ptr + at, mask=live, other=-float("inf"), cache_modifier=".cg")
+    parts = tl.load(
+        part_ptr + at[:, :, None].to(tl.int64) * D + offs_d[None, None, :],
+        mask=live[:, :, None], other=0.0, cache_modifier=".cg",
+    )  # fmt: skip
+    top = tl.max(lse, axis=1)
+    w = tl.exp2(lse - tl.where(offs_r < ROWS, top, 0.0)[:, None])  # [BLOCK_R, BLOCK_S]
+    out = tl.sum(parts * w[:, :, None], axis=1) / tl.sum(w, axis=1)[:, None]
+    dst = out_b + (h0 + offs_r)[:, None] * stride_oh + offs_d[None, :]
+    tl.store(dst, out.to(out_b.dtype.element_ty), mask=(offs_r < ROWS)[:, None])
 
 
 @triton.jit
@@ -308,9 +310,9 @@ def attention_combine_kernel(
     BLOCK_S: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Program b * Hq + h: `_merge` of row b * Hq + h's SPLIT chunks (the one holding position 0
-    is never empty)."""
+    """Program b * Hq + h: `_merge` of row b * Hq + h's SPLIT chunks (each wrote its partial,
+    an empty one 0 with lse -inf; the one holding position 0 is never empty)."""
     row = tl.program_id(0)
     pdl_enter(PDL)
     out_b = out_ptr + (row // Hq).to(tl.int64) * stride_ob
-    _merge(part_ptr, lse_ptr, out_b, row, row % Hq, SPLIT, SPLIT, stride_oh, D, BLOCK_S)
+    _merge(part_ptr, lse_ptr, out_b, row, row % Hq, SPLIT, SPLIT, stride_oh, 1, D, 1, BLOCK_S)

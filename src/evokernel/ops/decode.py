@@ -305,7 +305,8 @@ def _attention(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_N=tuning.attention_block_n(bound), FUSED=fused, DIRECT=split == 1,
-        TICKET=ticket, BLOCK_S=next_pow2(split), IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
+        TICKET=ticket, BLOCK_S=next_pow2(split), BLOCK_R=next_pow2(group),
+        IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
         num_warps=tuning.attention_warps(bound), launch_pdl=tuning.pdl,
     )  # fmt: skip
     if split > 1 and not ticket:

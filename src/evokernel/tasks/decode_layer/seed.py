@@ -355,7 +355,9 @@ def _combine(
     part_ptr, lse_ptr, out_ptr, Hq, SPLIT, stride_ob,
     D: tl.constexpr, BLOCK_S: tl.constexpr, EXP2: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s, w_s = exp(lse_s - max lse)."""
+    """Program b * Hq + h: out = sum_s w_s * part_s / sum_s w_s, w_s = exp(lse_s - max lse),
+    0 for an empty chunk (its partial is 0, written like every chunk's; never the first).
+    Both loads at once: one L2 round trip."""
     row = tl.program_id(0)
     b = row // Hq
     h = row % Hq
@@ -363,12 +365,12 @@ def _combine(
     offs_d = tl.arange(0, D)
     _pdl_enter(PDL)
     lse = tl.load(lse_ptr + row * SPLIT + offs_s, mask=offs_s < SPLIT, other=-float("inf"))
-    w = _exp(lse - tl.max(lse, axis=0), EXP2)  # 0 for empty chunks (never the first)
     parts = tl.load(
         part_ptr + (row * SPLIT + offs_s[:, None]).to(tl.int64) * D + offs_d[None, :],
-        mask=(offs_s < SPLIT)[:, None] & (w > 0)[:, None],
+        mask=(offs_s < SPLIT)[:, None],
         other=0.0,
     )
+    w = _exp(lse - tl.max(lse, axis=0), EXP2)
     out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
     o_ptrs = out_ptr + b.to(tl.int64) * stride_ob + h * D + offs_d
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
