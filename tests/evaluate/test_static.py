@@ -1,10 +1,16 @@
-"""The static pre-check: what it accepts, what it names, and the kernels it finds."""
+"""The static pre-check: what it accepts, what it names, and the kernels it finds; the source
+gate before it: size and encoding."""
 
 from __future__ import annotations
 
 import pytest
 
-from evokernel.evaluate.static import check_source, triton_kernels
+from evokernel.evaluate.static import (
+    MAX_SOURCE_BYTES,
+    check_source,
+    source_problems,
+    triton_kernels,
+)
 from evokernel.tasks import TASK_NAMES, get_task
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
@@ -86,3 +92,39 @@ def test_triton_kernels_sees_decorated_functions_only() -> None:
         "def _launcher():\n    pass"
     )
     assert triton_kernels(source) == ["_a", "_b"]
+
+
+# Valid-looking sources on which CPython's parser fails with other errors than SyntaxError:
+# RecursionError (attribute, call and subscript chains, long operator chains), MemoryError
+# (the parser's own stack: nested lambdas, unary operators, conditional expressions).
+UNPARSABLE = {
+    "attributes": "x = a" + ".b" * 100_000,
+    "calls": "x = f" + "()" * 100_000,
+    "subscripts": "x = a" + "[0]" * 50_000,
+    "sum": "x = " + "+".join(["1"] * 100_000),
+    "lambdas": "x = " + "lambda: " * 5_000 + "1",
+    "nots": "x = " + "not " * 50_000 + "1",
+    "negations": "x = " + "-" * 50_000 + "1",
+    "conditionals": "x = " + "1 if 1 else " * 20_000 + "1",
+}
+
+
+@pytest.mark.parametrize("body", UNPARSABLE.values(), ids=list(UNPARSABLE))
+def test_sources_the_parser_cannot_take_are_reasons_not_exceptions(body: str) -> None:
+    source = wrap(body)
+    assert source_problems(source) == []  # within the limit: the parser is the one to fail
+    (line,) = check_source(source)
+    assert line.startswith("static: ") and "syntax error" in line
+    assert triton_kernels(source) == []  # the profiler's kernel list, with the pre-check off
+
+
+def test_the_gate_names_size_surrogates_and_nul() -> None:
+    assert source_problems(wrap("x = 1")) == []
+    big = wrap("x = 1\n" * (MAX_SOURCE_BYTES // 6))
+    assert "the limit is 256 KiB" in source_problems(big)[0]
+    wide = wrap("x = '" + "\u00e9" * (MAX_SOURCE_BYTES // 2) + "'")  # few characters, many bytes
+    assert len(wide) < MAX_SOURCE_BYTES and "bytes in UTF-8" in source_problems(wide)[0]
+    (line,) = source_problems(wrap("x = 1\ny = '\ud800'"))
+    assert line == "static: line 6: not valid Unicode text (a lone surrogate)"
+    assert source_problems(wrap("x = 1\0")) == ["static: line 5: a NUL character"]
+    assert check_source(wrap("x = '\ud800'"))[0].startswith("static: syntax error: not valid")

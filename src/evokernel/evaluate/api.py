@@ -1,14 +1,15 @@
 """The evaluator's entry points: `evaluate` and `evaluate_many`.
 
-Only bad arguments raise (an unknown task or scenario, a missing candidate file, bad options:
-`EvokernelError` subclasses), and a machine without the OS sandbox unless
+Only bad arguments raise (an unknown task or scenario, a missing or oversized candidate file,
+bad options: `EvokernelError` subclasses), and a machine without the OS sandbox unless
 `EvalOptions.allow_unsandboxed` (see `isolation_status()`). Everything a candidate does ends
 as an `EvalResult` with `correct=False` and reason lines.
 
-Flow per candidate: static pre-check (optional, no process) -> `session.CandidateRun` (fresh
-worker: load, correctness, timing) -> statistics against the clean calibration (CUDA, timed
-runs only; one calibration per task and GPU, shared by every candidate of this process and
-started concurrently with the first candidate's correctness phase).
+Flow per candidate: the source gate (size, encoding; always) and the static pre-check
+(optional; both without a process) -> `session.CandidateRun` (fresh worker: load,
+correctness, timing) -> statistics against the clean calibration (CUDA, timed runs only; one
+calibration per task and GPU, shared by every candidate of this process and started
+concurrently with the first candidate's correctness phase).
 
 `evaluate_many` runs up to `workers` candidates at once (default `default_workers`: sized to
 the machine's cores). Their correctness phases overlap; a timed phase holds its GPU
@@ -39,7 +40,7 @@ from evokernel.evaluate.process.launch import abort_all
 from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult, reason
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
-from evokernel.evaluate.static import check_source
+from evokernel.evaluate.static import MAX_SOURCE_BYTES, check_source, source_problems
 from evokernel.tasks import get_task
 from evokernel.tasks.base import Task
 
@@ -49,19 +50,27 @@ Candidate = str | Path
 def read_candidate(candidate: Candidate) -> tuple[str, str]:
     """(source, label): a Path or a one-line string is a file; other strings are source."""
     if isinstance(candidate, str) and ("\n" in candidate or not candidate.strip()):
-        digest = hashlib.sha256(candidate.encode()).hexdigest()[:16]
+        raw = candidate.encode("utf-8", "surrogatepass")  # a lone surrogate is _one's to reject
+        digest = hashlib.sha256(raw).hexdigest()[:16]
         return candidate, f"sha256:{digest}"
     path = Path(candidate)
     try:
-        mode = path.stat().st_mode
+        info = path.stat()
     except FileNotFoundError:
         raise TaskError(f"candidate file not found: {path}") from None
     except OSError as err:
         raise TaskError(f"cannot read candidate {path}: {err.strerror}") from None
-    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the evaluator
-        raise TaskError(f"candidate {path} is {_file_kind(mode)}, not a regular file")
+    if not stat.S_ISREG(info.st_mode):  # never opened: a FIFO would block the evaluator
+        raise TaskError(f"candidate {path} is {_file_kind(info.st_mode)}, not a regular file")
     try:
-        return path.read_text(), str(path)
+        with path.open("rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)  # never read whole: it could be any size
+        if len(data) > MAX_SOURCE_BYTES:
+            size = max(info.st_size, len(data))
+            limit = MAX_SOURCE_BYTES >> 10
+            raise TaskError(f"candidate {path} is {size} bytes; the limit is {limit} KiB")
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode
+        return text, str(path)
     except (OSError, UnicodeDecodeError) as err:
         raise TaskError(f"cannot read candidate {path}: {err}") from None
 
@@ -123,10 +132,11 @@ def _one(
     threads: int,
 ) -> EvalResult:
     start = time.monotonic()
-    if options.static_check:
+    lines = source_problems(source)  # with the pre-check off too: later stages parse it
+    if not lines and options.static_check:
         lines = check_source(source)
-        if lines:
-            return _static_result(task, label, device, lines, start)
+    if lines:
+        return _static_result(task, label, device, lines, start)
     seed = (
         options.seed if options.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
     )

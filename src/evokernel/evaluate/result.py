@@ -14,7 +14,7 @@ from typing import Any
 
 REASON_CODES: dict[str, str] = {
     # before anything runs
-    "static": "the static pre-check rejected the source (syntax, markers, forbidden construct)",
+    "static": "rejected before any process: size, encoding, syntax, markers, forbidden construct",
     "load": "importing the candidate failed, or it lacks the entry point",
     # the process
     "timeout": "the candidate exceeded its wall-clock limit; its process group was killed",

@@ -8,7 +8,11 @@ variables, attribute names built at run time), which is why every defence also e
 worker and the parent; the test suite runs the hostile candidates with this check off.
 
 `check_source(source) -> list[str]` returns reason lines (`static: line N: ...`), empty when the
-source passes. `triton_kernels(source)` lists the names of `@triton.jit` functions (the kernels
+source passes. `source_problems(source)` is the gate that holds with the pre-check off too:
+every later stage parses or imports the source, in the parent or the worker, so a source over
+`MAX_SOURCE_BYTES` (about ten times the largest seed; parsing costs seconds per MiB, under the
+process-wide parser lock) or one that is not UTF-8 text never gets that far.
+`triton_kernels(source)` lists the names of `@triton.jit` functions (the kernels
 the profiler must see).
 """
 
@@ -57,6 +61,27 @@ FORBIDDEN_DOTTED = (
 )  # fmt: skip
 
 _JIT_DECORATORS = ("triton.jit", "jit")
+
+MAX_SOURCE_BYTES = 256 << 10
+
+
+def source_problems(source: str) -> list[str]:
+    """Reason lines for a source no stage may take in (empty: it may go on): larger than
+    `MAX_SOURCE_BYTES` in UTF-8, not encodable as UTF-8 (a lone surrogate), or holding NUL."""
+    limit = f"the limit is {MAX_SOURCE_BYTES >> 10} KiB"
+    if len(source) > MAX_SOURCE_BYTES:  # at least as many bytes: no need to encode it
+        return [reason("static", f"the source is {len(source)} characters; {limit}")]
+    try:
+        size = len(source.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        line = source.count("\n", 0, err.start) + 1
+        return [reason("static", f"line {line}: not valid Unicode text (a lone surrogate)")]
+    if size > MAX_SOURCE_BYTES:
+        return [reason("static", f"the source is {size} bytes in UTF-8; {limit}")]
+    if "\0" in source:
+        line = source.count("\n", 0, source.index("\0")) + 1
+        return [reason("static", f"line {line}: a NUL character")]
+    return []
 
 
 def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
@@ -152,7 +177,8 @@ def check_source(source: str) -> list[str]:
     try:
         tree = pysource.parse(source)
     except SyntaxError as err:
-        return [reason("static", f"line {err.lineno}: syntax error: {err.msg}")]
+        where = f"line {err.lineno}: " if err.lineno else ""
+        return [reason("static", f"{where}syntax error: {err.msg}")]
     try:
         find_block(source)
     except BlockError as err:

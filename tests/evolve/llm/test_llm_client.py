@@ -196,6 +196,17 @@ def test_content_parts_and_json_with_odd_content_type(server):
     assert out.ok and out.text == "ab"
 
 
+def test_odd_text_in_the_answer_is_text_and_never_an_exception(server):
+    parts = [{"text": "a"}, {"text": 5}, {"text": None}, "b", {"type": "image"}]
+    server.add(Reply(json.dumps({"choices": [{"message": {"content": parts}}]})))
+    # a lone surrogate, escaped in JSON: nothing downstream (digests, database) could encode it
+    server.add(Reply('{"choices": [{"message": {"content": "x = \'\\ud800\'"}}]}'))
+    client, _ = make_client(server)
+    assert client.chat(MESSAGES, client.config.models[0]).text == "a"
+    out = client.chat(MESSAGES, client.config.models[0])
+    assert out.ok and out.text == "x = '?'" and out.response_digest == text_digest("x = '?'")
+
+
 def test_missing_usage_is_estimated(server):
     server.add(completion("x" * 300, prompt_tokens=None, completion_tokens=None))
     client, _ = make_client(server)

@@ -212,11 +212,14 @@ def _content(doc: dict[str, Any]) -> tuple[str, str]:
     msg = choice.get("message")
     content = msg.get("content") if isinstance(msg, dict) else choice.get("text")
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts = (p.get("text") for p in content if isinstance(p, dict))
+        content = "".join(t for t in parts if isinstance(t, str))
     if content is None:
         content = ""
     if not isinstance(content, str):
         raise _Failure(f"message content is a {type(content).__name__}, not text", False)
+    # JSON may escape lone surrogates ("\\ud800"), which no later stage can encode: "?" instead
+    content = content.encode("utf-8", "replace").decode("utf-8")
     return content, str(choice.get("finish_reason") or "")
 
 
