@@ -43,11 +43,13 @@ def test_sources_no_stage_can_take_are_rejected_with_the_pre_check_off_too() -> 
         seed + "\n# " + "x" * MAX_SOURCE_BYTES + "\n",
         seed + "\nZ = '\ud800'\n",  # a lone surrogate: no UTF-8 for the worker
         seed + "\nZ = 1\0\n",
+        # the worker's import would obey the declaration: the comment imports os under UTF-7
+        "# coding: utf-7\n# +AAo-import os\n" + seed,
     ]
     for static in (True, False):
         options = EvalOptions(static_check=static)
         results = evaluate_many("gqa_decode_attention", sources, "cpu", options, workers=2)
-        assert [r.stage for r in results] == ["static"] * 3
+        assert [r.stage for r in results] == ["static"] * 4
         assert all(r.reason_codes == ["static"] for r in results)
     assert descendants() == []
 

@@ -128,3 +128,23 @@ def test_the_gate_names_size_surrogates_and_nul() -> None:
     assert line == "static: line 6: not valid Unicode text (a lone surrogate)"
     assert source_problems(wrap("x = 1\0")) == ["static: line 5: a NUL character"]
     assert check_source(wrap("x = '\ud800'"))[0].startswith("static: syntax error: not valid")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "# coding: utf-7\n",
+        "#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n",
+        "\r# coding: utf-7\r",  # CR line ends: the import system reads it, PEP 263's regex not
+        "\x0c#coding=utf_16\n",
+        "# vim: set fileencoding=nonsense :\n",
+    ],
+)
+def test_a_coding_declaration_other_than_utf8_is_refused(head: str) -> None:
+    (line,) = source_problems(head + wrap("x = 1"))
+    assert line.startswith("static: a coding declaration of ")
+
+
+def test_utf8_declarations_pass() -> None:
+    for head in ("# -*- coding: utf-8 -*-\n", "# coding=UTF8\n", "\ufeff# coding: utf_8\n"):
+        assert source_problems(head + wrap("x = 1")) == []

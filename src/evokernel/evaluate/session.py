@@ -233,7 +233,7 @@ class CandidateRun:
             self.result.device = self._device_info(facts)
             self.phase("startup")  # waiting for a ready worker (none when the pool had one)
             path = worker.dir / "candidate.py"
-            path.write_text(self.source)
+            path.write_text(self.source, encoding="utf-8")  # source_problems: UTF-8 only
             if self.cache is not None:
                 self.cache.seed_private(worker.dir, self.source)
                 cache, source = self.cache, self.source

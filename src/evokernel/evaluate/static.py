@@ -19,6 +19,8 @@ the profiler must see).
 from __future__ import annotations
 
 import ast
+import codecs
+import re
 
 from evokernel import pysource
 from evokernel.evaluate.result import reason
@@ -64,23 +66,44 @@ _JIT_DECORATORS = ("triton.jit", "jit")
 
 MAX_SOURCE_BYTES = 256 << 10
 
+_CODING = re.compile(r"coding[:=][ \t]*([-\w.]+)")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _declared_encodings(source: str) -> list[str]:
+    """Every name in the first two lines that Python could take for a coding declaration.
+    Looser than PEP 263 on purpose (no '#' needed, any line break, three lines under one
+    reading): the tokenizer's own rules around CR and form feeds are not worth copying."""
+    head = "\n".join(source.split("\n", 2)[:2] + _LINE_BREAK.split(source, 3)[:3])
+    return _CODING.findall(head)
+
 
 def source_problems(source: str) -> list[str]:
     """Reason lines for a source no stage may take in (empty: it may go on): larger than
-    `MAX_SOURCE_BYTES` in UTF-8, not encodable as UTF-8 (a lone surrogate), or holding NUL."""
+    `MAX_SOURCE_BYTES` in UTF-8, not encodable as UTF-8 (a lone surrogate), holding NUL, or
+    declaring another encoding than UTF-8. The worker imports the source from a UTF-8 file,
+    whose coding declaration Python obeys while the parent's checks of the text do not: under
+    `# coding: utf-7` the comment `# +AAo-import os` imports os."""
     limit = f"the limit is {MAX_SOURCE_BYTES >> 10} KiB"
     if len(source) > MAX_SOURCE_BYTES:  # at least as many bytes: no need to encode it
         return [reason("static", f"the source is {len(source)} characters; {limit}")]
     try:
-        size = len(source.encode("utf-8"))
+        data = source.encode("utf-8")
     except UnicodeEncodeError as err:
         line = source.count("\n", 0, err.start) + 1
         return [reason("static", f"line {line}: not valid Unicode text (a lone surrogate)")]
-    if size > MAX_SOURCE_BYTES:
-        return [reason("static", f"the source is {size} bytes in UTF-8; {limit}")]
+    if len(data) > MAX_SOURCE_BYTES:
+        return [reason("static", f"the source is {len(data)} bytes in UTF-8; {limit}")]
     if "\0" in source:
         line = source.count("\n", 0, source.index("\0")) + 1
         return [reason("static", f"line {line}: a NUL character")]
+    for name in _declared_encodings(source):
+        try:
+            utf8 = codecs.lookup(name).name == "utf-8"
+        except LookupError:
+            utf8 = False
+        if not utf8:
+            return [reason("static", f"a coding declaration of {name}; only UTF-8 is read")]
     return []
 
 

@@ -165,7 +165,7 @@ def evaluate_program(job: EvalJob) -> EvalResult:
         raise JobError(f"the evaluator {evaluator} on this worker differs from the run's")
     with tempfile.TemporaryDirectory(prefix="evokernel-generic-") as tmp:
         program = Path(tmp) / "program.py"
-        program.write_text(job.code)
+        program.write_text(job.code, encoding="utf-8")
         out = run_isolated(
             evaluator,
             "evaluate",
