@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 
 from evokernel.tasks.blocks import (
@@ -98,6 +101,8 @@ def test_parse_and_set_knobs():
     out = set_knobs(SRC, {"BLOCK_N": 128, "NUM_WARPS": 8, "MODE": "safe"})
     assert knob_values(out) == {"BLOCK_N": 128, "NUM_WARPS": 8, "MODE": "safe"}
     assert "NUM_WARPS: int = 8  # tune: 2, 4, 8" in out
+    spaced = SRC.replace("BLOCK_N = 64  #", "BLOCK_N:int=  64 \t#")
+    assert "BLOCK_N:int=  16 \t# tune" in set_knobs(spaced, {"BLOCK_N": 16})
     assert check_edit(SRC, out) is None
     with pytest.raises(BlockError, match="not a declared choice"):
         set_knobs(SRC, {"BLOCK_N": 48})
@@ -114,6 +119,8 @@ def test_parse_and_set_knobs():
         ("A = 1  # tune: 1, (", "bad tune declaration"),
         ("    A = 1  # tune: 1, 2", "not a module-level assignment"),
         ("A = 1  # tune: 1, 2\nA = 2  # tune: 1, 2", "declared twice"),
+        ("A =   # tune: 1, 2", "not a module-level assignment"),  # no value
+        ("A = 1  # tune:  ", "not a module-level assignment"),  # no choices
     ],
 )
 def test_malformed_knobs_fail_loudly(line, needle):
@@ -121,6 +128,23 @@ def test_malformed_knobs_fail_loudly(line, needle):
     with pytest.raises(BlockError, match=r"^line [23]: ") as err:
         parse_knobs(src)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "X" + " " * 20_000 + ":" + " " * 20_000 + "= 1",
+        "X = " + " " * 100_000 + "1 # tune",
+        "X: " + "a " * 50_000 + "= 1 #",
+        "X = 1 # tune:" + " " * 100_000 + "x" + " " * 100_000,
+    ],
+)
+def test_knob_lines_from_candidate_code_parse_in_linear_time(line):
+    src = f"# EVOLVE-BLOCK-START\n{line}\n# EVOLVE-BLOCK-END\n"
+    start = time.perf_counter()
+    with contextlib.suppress(BlockError):
+        parse_knobs(src)
+    assert time.perf_counter() - start < 2.0  # a backtracking pattern took minutes at 10 KB
 
 
 def test_knobs_outside_the_block_are_not_knobs():

@@ -38,9 +38,11 @@ from evokernel import pysource
 START = "# EVOLVE-BLOCK-START"
 END = "# EVOLVE-BLOCK-END"
 
+# Linear on any line (each part stops where the next one's first character starts; values and
+# choices are stripped in code): a knob line comes from candidate code, and a pattern with
+# overlapping `\s*`/lazy parts took minutes on a 10 KB line of spaces.
 _KNOB = re.compile(
-    r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*[^=#]+?)?\s*=\s*(?P<value>[^#]+?)"
-    r"\s*#\s*tune:\s*(?P<choices>.+?)\s*$"
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=#]+)?=(?P<value>[^#]*)#\s*tune:(?P<choices>.*)"
 )
 _TUNE_COMMENT = re.compile(r"#\s*tune:")
 _NEAR_MARKER = re.compile(r"EVOLVE[-_ ]?BLOCK", re.IGNORECASE)
@@ -166,13 +168,31 @@ def replace_block(source: str, new_body: str) -> str:
     return nl.join([*lines[: block.start + 1], *body, *lines[block.end :]]) + nl
 
 
+def _knob_line(line: str) -> re.Match[str] | None:
+    """The match of a knob declaration (`name[: type] = value  # tune: choices`, value and
+    choices not blank), or None."""
+    m = _KNOB.fullmatch(line)
+    return m if m and m["value"].strip() and m["choices"].strip() else None
+
+
+def knob_value_span(line: str) -> tuple[int, int] | None:
+    """Where the value of a knob declaration line is (without the spaces around it), or None
+    for a line that declares no knob."""
+    m = _knob_line(line)
+    if m is None:
+        return None
+    value = m["value"]
+    lo = m.start("value") + len(value) - len(value.lstrip())
+    return lo, lo + len(value.strip())
+
+
 def parse_knobs(source: str) -> list[Knob]:
     """Declared knobs inside the region, in source order. Malformed declarations raise
     `BlockError` naming the line, so a seed with a typo fails loudly."""
     block = find_block(source)
     knobs: list[Knob] = []
     for i, line in enumerate(source.splitlines()[block.start + 1 : block.end], block.start + 1):
-        m = _KNOB.match(line)
+        m = _knob_line(line)
         if not m:
             if _TUNE_COMMENT.search(line) and line.split("#", 1)[0].strip():
                 raise BlockError(
@@ -182,7 +202,7 @@ def parse_knobs(source: str) -> list[Knob]:
             continue
         try:
             value = pysource.literal_eval(m["value"].strip())
-            choices = pysource.literal_eval(f"({m['choices']},)")
+            choices = pysource.literal_eval(f"({m['choices'].strip()},)")
         except (ValueError, SyntaxError) as err:
             msg = f"line {i + 1}: bad tune declaration ({err}): {line.strip()}"
             raise BlockError(msg) from None
@@ -207,9 +227,9 @@ def knob_setter(source: str) -> Callable[[dict[str, Any]], str]:
     lines = source.splitlines()
     spans = {}
     for k in knobs.values():
-        m = _KNOB.match(lines[k.line])
-        assert m is not None
-        spans[k.name] = (m.start("value"), m.end("value"))
+        span = knob_value_span(lines[k.line])
+        assert span is not None
+        spans[k.name] = span
     nl = newline_of(source)
     tail = nl if source.endswith("\n") else ""
 

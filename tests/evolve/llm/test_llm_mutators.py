@@ -12,7 +12,7 @@ from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.llm.client import ChatClient
 from evokernel.evolve.llm.config import LLMBudget, LLMConfig, ModelSpec, pick_model
 from evokernel.evolve.mutators.crossover import Crossover
-from evokernel.evolve.mutators.llm import LLMMutator
+from evokernel.evolve.mutators.llm import MAX_ANSWER_CHARS, LLMMutator
 from evokernel.evolve.mutators.registry import build_mutators
 from evokernel.evolve.types import BudgetExceeded, MutationContext, ProgramView, text_digest
 from evokernel.tasks.blocks import check_edit, knob_values, set_knobs
@@ -152,6 +152,15 @@ def test_rewrite_without_code_or_cut_off(server, toy_source):
     mut = LLMMutator("rewrite", client_for(server))
     assert "no code block" in mut.propose(context(toy_source)).error
     assert "never closes" in mut.propose(context(toy_source)).error
+
+
+def test_an_oversized_answer_is_refused_unread(server, toy_source):
+    new = toy_source.replace("BLOCK_N = 16  #", "BLOCK_N = 64  #")
+    padding = "```py\n" * (MAX_ANSWER_CHARS // 6)  # unclosed fences: work for a parser
+    server.add(completion(f"{padding}\n```python\n{new}\n```"))
+    p = LLMMutator("rewrite", client_for(server)).propose(context(toy_source))
+    assert p.code is None and f"the limit is {MAX_ANSWER_CHARS}" in p.error
+    assert len(p.response) > MAX_ANSWER_CHARS  # kept, for the run directory
 
 
 def test_endpoint_failure_becomes_the_proposal_error(server, toy_source):

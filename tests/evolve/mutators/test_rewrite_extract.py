@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from evokernel.evolve.mutators.extract import change_line, extract_rewrite
+from evokernel.evolve.mutators.extract import change_line, extract_rewrite, fenced_blocks
 from evokernel.tasks.blocks import check_edit, find_block
 
 PARENT = """import torch
@@ -100,3 +102,17 @@ def test_unfenced_answer_with_markers():
 def test_rewrite_errors(answer, needle):
     out = extract_rewrite(answer, PARENT)
     assert out.code is None and needle in out.error
+
+
+def test_fenced_blocks_in_order_with_their_line_ends():
+    text = "a\n```py\nx = 1\n```\nb\n  ```\n```text\ny\n\n\t``` \n```\n```\n```\nopen"
+    # a fence with a language is an opening line only: inside a block it is content
+    assert fenced_blocks(text) == ["x = 1\n", "```text\ny\n\n", ""]
+    assert fenced_blocks("```\n") == [] and fenced_blocks("```") == []
+
+
+def test_a_megabyte_of_unclosed_fences_reads_in_linear_time():
+    answer = "```py\n" * 200_000  # opening fences only: the lazy pattern scanned to the end each
+    start = time.perf_counter()
+    out = extract_rewrite(answer, PARENT)
+    assert time.perf_counter() - start < 5.0 and out.code is None

@@ -13,14 +13,16 @@ Both record `parent_ids = (parent, second)`.
 
 from __future__ import annotations
 
-import re
-
 from evokernel.evolve.mutators.llm import LLMMutator
 from evokernel.evolve.mutators.offline import describe_knobs
 from evokernel.evolve.types import MutationContext, ProgramView, Proposal, is_seen
-from evokernel.tasks.blocks import BlockError, find_block, parse_knobs, set_knobs
-
-_VALUE = re.compile(r"^(?P<head>[A-Za-z_]\w*\s*(?::[^=#]+)?=\s*)[^#]+?(?P<tail>\s*#\s*tune:.*)$")
+from evokernel.tasks.blocks import (
+    BlockError,
+    find_block,
+    knob_value_span,
+    parse_knobs,
+    set_knobs,
+)
 
 
 def second_parent(ctx: MutationContext) -> ProgramView | None:
@@ -43,7 +45,12 @@ def _body(code: str) -> list[str]:
 
 def skeleton(code: str) -> list[str]:
     """The block body with knob values blanked: equal skeletons differ only in knob values."""
-    return [_VALUE.sub(r"\g<head>_\g<tail>", ln) for ln in _body(code)]
+    return [_blank_value(ln) for ln in _body(code)]
+
+
+def _blank_value(line: str) -> str:
+    span = knob_value_span(line)
+    return line if span is None else f"{line[: span[0]]}_{line[span[1] :]}"
 
 
 class Crossover:

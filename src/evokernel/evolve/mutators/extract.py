@@ -28,7 +28,8 @@ from evokernel.tasks.blocks import (
     replace_block,
 )
 
-_FENCED = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_FENCE_OPEN = re.compile(r"[ \t]*```[\w+.-]*[ \t]*")  # one whole line
+_FENCE_CLOSE = re.compile(r"[ \t]*```[ \t]*")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*$", re.MULTILINE)
 _CHANGE = re.compile(r"^\W*(?:change|summary)\W*:\s*\**\s*(?P<text>.+?)\s*$", re.I | re.M)
 
@@ -47,9 +48,28 @@ def change_line(answer: str, limit: int = 200) -> str:
     return " ".join(m["text"].strip("*_` ").split())[:limit]
 
 
+def fenced_blocks(text: str) -> list[str]:
+    """The bodies of the closed ``` blocks, in order, each with its final line end. One pass
+    over the lines: a lazy multi-line pattern was quadratic in the number of fence-like lines,
+    and an answer may be megabytes."""
+    lines = text.split("\n")
+    bodies: list[str] = []
+    body: list[str] | None = None
+    for i, line in enumerate(lines):
+        if body is None:
+            if i + 1 < len(lines) and _FENCE_OPEN.fullmatch(line):
+                body = []
+        elif _FENCE_CLOSE.fullmatch(line):
+            bodies.append("".join(ln + "\n" for ln in body))
+            body = None
+        else:
+            body.append(line)
+    return bodies
+
+
 def extract_rewrite(answer: str, parent: str) -> Rewrite:
     text = answer.replace("\r\n", "\n")
-    fences = [m.group(1) for m in _FENCED.finditer(text)]
+    fences = fenced_blocks(text)
     if not fences:
         if len(_OPEN_FENCE.findall(text)) % 2 == 1:
             return Rewrite(None, "the answer's code fence never closes (cut off at max_tokens?)")

@@ -8,7 +8,9 @@ One `LLMMutator` per mode ("diff", "rewrite", "crossover"), sharing a thread-saf
   3. asks the endpoint (`ChatClient.chat`; raises only `BudgetExceeded`);
   4. turns the answer into a program: diff mode applies the edits inside the EVOLVE-BLOCK (an
      answer with no edit but a full block is taken as a rewrite, kind "llm:rewrite"); rewrite
-     and crossover modes extract the new block.
+     and crossover modes extract the new block. An answer over `MAX_ANSWER_CHARS` is refused
+     unread: a program must fit the evaluator's 256 KiB, and the parsers need not meet
+     megabytes.
 
 Whatever goes wrong after step 3 comes back as `Proposal.error`, one line, with the model's
 name; the prompt and response texts and their sha256 digests and the token usage are always
@@ -24,6 +26,8 @@ from evokernel.evolve.mutators.diff import apply_edits, parse_edits
 from evokernel.evolve.mutators.extract import change_line, extract_rewrite
 from evokernel.evolve.prompts import MODES, PromptBuilder
 from evokernel.evolve.types import MutationContext, ProgramView, Proposal
+
+MAX_ANSWER_CHARS = 1 << 20
 
 
 class LLMMutator:
@@ -78,6 +82,9 @@ class LLMMutator:
         """(code, kind, error) from the answer text."""
         kind = f"llm:{self.mode}"
         cut = " (the answer hit max_tokens)" if reply.finish_reason == "length" else ""
+        if len(reply.text) > MAX_ANSWER_CHARS:
+            size = f"the answer is {len(reply.text)} characters"
+            return None, kind, f"{size}; the limit is {MAX_ANSWER_CHARS}"
         if self.mode == "diff":
             parsed = parse_edits(reply.text)
             if parsed.problems:
