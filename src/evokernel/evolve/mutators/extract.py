@@ -31,7 +31,10 @@ from evokernel.tasks.blocks import (
 _FENCE_OPEN = re.compile(r"[ \t]*```[\w+.-]*[ \t]*")  # one whole line
 _FENCE_CLOSE = re.compile(r"[ \t]*```[ \t]*")
 _OPEN_FENCE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*$", re.MULTILINE)
-_CHANGE = re.compile(r"^\W*(?:change|summary)\W*:\s*\**\s*(?P<text>.+?)\s*$", re.I | re.M)
+# Both stop at line ends (a `\W*` from every line start ate all the blank lines after it:
+# quadratic); the text may still start on a later line, after blanks and stars.
+_CHANGE_HEAD = re.compile(r"[^\w\n]*(?:change|summary)[^\w\n]*:", re.I)
+_CHANGE_LEAD = re.compile(r"\s*\**\s*")
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,22 @@ class Rewrite:
 
 
 def change_line(answer: str, limit: int = 200) -> str:
-    """The answer's `Change: ...` line (markdown emphasis tolerated), or ""."""
-    m = _CHANGE.search(answer)
-    if not m:
-        return ""
-    return " ".join(m["text"].strip("*_` ").split())[:limit]
+    """The answer's first non-empty `Change: ...` (or `Summary:`) text, markdown emphasis
+    tolerated, or "". Linear in the answer."""
+    at = 0
+    while True:
+        head = _CHANGE_HEAD.match(answer, at)
+        if head is not None:
+            lead = _CHANGE_LEAD.match(answer, head.end())  # always matches, maybe empty
+            start = lead.end() if lead else head.end()
+            end = answer.find("\n", start)
+            line = answer[start : len(answer) if end < 0 else end]
+            text = " ".join(line.rstrip().strip("*_` ").split())
+            if text:
+                return text[:limit]
+        at = answer.find("\n", at) + 1
+        if at == 0:
+            return ""
 
 
 def fenced_blocks(text: str) -> list[str]:
