@@ -11,9 +11,9 @@ worker and the parent; the test suite runs the hostile candidates with this chec
 source passes. `source_problems(source)` is the gate that holds with the pre-check off too:
 every later stage parses or imports the source, in the parent or the worker, so a source over
 `MAX_SOURCE_BYTES` (about ten times the largest seed; parsing costs seconds per MiB, under the
-process-wide parser lock) or one that is not UTF-8 text never gets that far.
-`triton_kernels(source)` lists the names of `@triton.jit` functions (the kernels
-the profiler must see).
+process-wide parser lock), one that is not UTF-8 text, or one that declares another encoding
+never gets that far. `triton_kernels(source)` lists the names of `@triton.jit` functions (the
+kernels the profiler must see).
 """
 
 from __future__ import annotations
