@@ -10,7 +10,8 @@ One `LLMMutator` per mode ("diff", "rewrite", "crossover"), sharing a thread-saf
      answer with no edit but a full block is taken as a rewrite, kind "llm:rewrite"); rewrite
      and crossover modes extract the new block. An answer over `MAX_ANSWER_CHARS` is refused
      unread: a program must fit the evaluator's 256 KiB, and the parsers need not meet
-     megabytes.
+     megabytes. Only its first `MAX_ANSWER_CHARS` characters are kept in the proposal (and so
+     in the run directory); the response digest is of the whole answer.
 
 Whatever goes wrong after step 3 comes back as `Proposal.error`, one line, with the model's
 name; the prompt and response texts and their sha256 digests and the token usage are always
@@ -28,6 +29,12 @@ from evokernel.evolve.prompts import MODES, PromptBuilder
 from evokernel.evolve.types import MutationContext, ProgramView, Proposal
 
 MAX_ANSWER_CHARS = 1 << 20
+
+
+def _kept(text: str) -> str:
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    return f"{text[:MAX_ANSWER_CHARS]}\n[{len(text) - MAX_ANSWER_CHARS} more characters not kept]"
 
 
 class LLMMutator:
@@ -64,7 +71,7 @@ class LLMMutator:
             response_digest=reply.response_digest,
             usage=[reply.usage],
             prompt=prompt.text,
-            response=reply.text,
+            response=_kept(reply.text),
         )
         if reply.error:
             out.error = f"{model.name}: {reply.error}"
