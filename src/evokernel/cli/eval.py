@@ -40,7 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timeout", default=None, metavar="S", help="wall-clock limit in seconds, finite and > 0"
     )
     p.add_argument("--scenarios", default=None, help="comma-separated public scenario names")
-    p.add_argument("--no-static", action="store_true", help="skip the static pre-check")
+    p.add_argument(
+        "--no-static",
+        action="store_true",
+        help="skip the static pre-check (size and encoding are still checked)",
+    )
     add_allow_unsandboxed(p)
     p.set_defaults(func=run)
 
