@@ -65,3 +65,18 @@ def test_closed_peer_is_eof() -> None:
     a.close()
     with pytest.raises(EOFError):
         channel.recv(b)
+
+
+def test_lone_surrogates_arrive_as_text() -> None:
+    a, b = pair()
+    channel.send(a, {"op": "error", "message": "x\ud800y", "\udfff": ["\ud83d"]})
+    got = channel.recv(b)
+    assert got == {"op": "error", "message": "x?y", "?": ["?"]}
+
+
+def test_nesting_too_deep_is_malformed() -> None:
+    a, b = pair()
+    depth = 100_000
+    a.send_bytes(('{"body": ' + "[" * depth + "]" * depth + ', "tensors": []}').encode())
+    with pytest.raises(channel.ChannelError):
+        channel.recv(b)

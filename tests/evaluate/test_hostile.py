@@ -29,6 +29,7 @@ EXPECTED: dict[str, tuple[set[str], set[str] | None]] = {
     "tile_aligned_only.py": ({"mismatch", "not-finite"}, None),
     "low_precision.py": ({"mismatch"}, None),
     "raises.py": ({"exception"}, None),
+    "surrogate_message.py": ({"exception"}, None),
     "wrong_shape.py": ({"output-shape"}, None),
     "wrong_dtype.py": ({"output-dtype"}, None),
     "tensor_subclass.py": ({"output-type"}, None),
@@ -122,6 +123,9 @@ def test_reasons_say_where(batch) -> None:
     assert '"correct": true' in fake.artifacts["stdout_tail"]  # printed, captured, ignored
     pointer = results["cache_by_pointer.py"]
     assert any("after perturb" in r for r in pointer.reasons), pointer.reasons
+    text = results["surrogate_message.py"]
+    assert "? no text can hold this ?" in text.reasons[0]
+    "\n".join(text.reasons).encode("utf-8")  # printable and storable: it raised before
 
 
 def test_nothing_outlives_the_batch(batch) -> None:

@@ -6,6 +6,10 @@ a message is one JSON document (`send_bytes` frame) whose tensors are replaced b
 every tensor's dtype against an allowlist and its byte count against its shape before it builds
 a CPU tensor, and caps frame sizes. The channel is a socket pair created by the parent; the
 worker receives its end as an inherited file descriptor, never through stdout.
+
+Every string that arrives is valid Unicode text: JSON can carry lone surrogates (`"\\ud800"`,
+say in a candidate's exception message), which no later stage could print, store or encode, so
+they become `?`. Nesting too deep to decode makes the message malformed.
 """
 
 from __future__ import annotations
@@ -120,17 +124,23 @@ def _decode(obj: Any, tensors: list[torch.Tensor]) -> Any:
             return tensors[index]
         if set(obj) == {"__float__"}:
             return float(obj["__float__"])
-        return {k: _decode(v, tensors) for k, v in obj.items()}
+        return {_text(k): _decode(v, tensors) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_decode(v, tensors) for v in obj]
+    if isinstance(obj, str):
+        return _text(obj)
     return obj
+
+
+def _text(value: str) -> str:
+    return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def recv(conn: Connection) -> dict[str, Any]:
     """One message. Raises EOFError when the other side is gone, ChannelError when malformed."""
     try:
         header = json.loads(conn.recv_bytes(MAX_HEADER))
-    except (OSError, ValueError) as err:  # EOFError (peer gone) propagates
+    except (OSError, ValueError, RecursionError) as err:  # EOFError (peer gone) propagates
         raise ChannelError(f"unreadable message header: {err}") from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
         raise ChannelError("message without a tensor table")
@@ -141,7 +151,10 @@ def recv(conn: Connection) -> dict[str, Any]:
         except OSError as err:
             raise ChannelError(f"unreadable tensor frame: {err}") from None
         tensors.append(_tensor(meta, raw))
-    body = _decode(header.get("body"), tensors)
+    try:
+        body = _decode(header.get("body"), tensors)
+    except RecursionError:
+        raise ChannelError("message nested too deeply") from None
     if not isinstance(body, dict):
         raise ChannelError("message body is not an object")
     return body
