@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 
@@ -79,4 +80,28 @@ def test_nesting_too_deep_is_malformed() -> None:
     depth = 100_000
     a.send_bytes(('{"body": ' + "[" * depth + "]" * depth + ', "tensors": []}').encode())
     with pytest.raises(channel.ChannelError):
+        channel.recv(b)
+
+
+def test_declared_bytes_over_the_cap_are_refused_before_any_frame() -> None:
+    a, b = pair()
+    t = torch.zeros(1024, dtype=torch.uint8)
+    channel.send(a, {"op": "x", "ts": [t, t, t]})
+    assert len(channel.recv(b, max_total=3 * 1024)["ts"]) == 3
+    channel.send(a, {"op": "x", "ts": [t, t, t]})
+    with pytest.raises(channel.ChannelError, match=r"3072 bytes declared; .* 3071 in all"):
+        channel.recv(b, max_total=3 * 1024 - 1)
+    a, b = pair()  # the refused message's frames are still in the old one
+    huge = {"body": {}, "tensors": [{"dtype": "uint8", "shape": [1 << 20, 1 << 20]}]}
+    a.send_bytes(json.dumps(huge).encode())  # no frame follows: the header alone is refused
+    with pytest.raises(channel.ChannelError, match="declared"):
+        channel.recv(b)
+
+
+def test_a_frame_longer_than_declared_is_not_read() -> None:
+    a, b = pair()
+    header = {"body": {}, "tensors": [{"dtype": "uint8", "shape": [4]}]}
+    a.send_bytes(json.dumps(header).encode())
+    a.send_bytes(b"\x00" * 64)
+    with pytest.raises(channel.ChannelError, match="unreadable tensor frame"):
         channel.recv(b)

@@ -46,6 +46,7 @@ EXPECTED: dict[str, tuple[set[str], set[str] | None]] = {
     "import_error.py": ({"load"}, None),
     "no_entry_point.py": ({"load"}, None),
     "forges_a_reply.py": ({"no-result"}, None),
+    "floods_the_channel.py": ({"no-result"}, None),
 }
 # Codes that may follow the expected one: the nondeterministic candidate's noisy calls also
 # miss the reference when they happen to be the first call on an input set; the pointer cache
@@ -119,6 +120,8 @@ def test_reasons_say_where(batch) -> None:
     assert "SIGSEGV" in crash.reasons[0]
     forged = results["forges_a_reply.py"]
     assert "protocol broken" in forged.reasons[0] and "must be a list" in forged.reasons[0]
+    flood = results["floods_the_channel.py"]
+    assert "protocol broken" in flood.reasons[0] and "in all" in flood.reasons[0], flood.reasons
     fake = results["fake_result_exit.py"]
     assert '"correct": true' in fake.artifacts["stdout_tail"]  # printed, captured, ignored
     pointer = results["cache_by_pointer.py"]

@@ -7,7 +7,9 @@ nothing is ever unpickled); `recv(conn, kinds)` reads one message and builds the
 refusing with a `ProtocolError` that says what is wrong and where (an unknown or unexpected
 `op`, a missing or unknown field, a field of the wrong type, a tensor subclass). A field typed
 `Tensor` must hold exactly a `torch.Tensor` rebuilt by the channel (dtype allowlist, byte count
-checked against the shape).
+checked against the shape). The parent reads a reply with `max_total=MAX_REPLY_BYTES`: a worker
+can write frames onto the channel itself, and without a cap a few reused buffers could make
+the parent hold any number of gigabytes.
 
   parent -> worker                      worker -> parent
   Init (trusted set-up, device untouched) Ready | Error
@@ -37,6 +39,10 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 from evokernel.evaluate.process import channel
+
+# The tensors of one worker reply together: a correctness job's outputs (three calls) or a
+# timed scenario's rechecks. Decode outputs are kilobytes to megabytes.
+MAX_REPLY_BYTES = 512 << 20
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -434,7 +440,8 @@ def from_wire(data: dict[str, Any], kinds: tuple[type[M], ...]) -> M:
     return typing.cast(M, _build(known[op], body, f"{op!r} message"))
 
 
-def recv(conn: Connection, kinds: tuple[type[M], ...]) -> M:
-    """One message of one of `kinds`. EOFError when the peer is gone; ChannelError (a
+def recv(conn: Connection, kinds: tuple[type[M], ...], max_total: int | None = None) -> M:
+    """One message of one of `kinds`, its tensors `max_total` bytes at most together (None: no
+    cap beyond the channel's per-tensor one). EOFError when the peer is gone; ChannelError (a
     ProtocolError for a well-framed but wrong message) when it broke the protocol."""
-    return from_wire(channel.recv(conn), kinds)
+    return from_wire(channel.recv(conn, max_total), kinds)

@@ -98,18 +98,24 @@ def send(conn: Connection, message: dict[str, Any]) -> None:
         conn.send_bytes(tensor_bytes(t))
 
 
-def _tensor(meta: Any, raw: bytes) -> torch.Tensor:
+def _spec(meta: Any) -> tuple[torch.dtype, list[int], int]:
+    """(dtype, shape, byte count) a tensor's metadata declares; ChannelError if malformed."""
     import torch
 
     if not isinstance(meta, dict) or not isinstance(meta.get("dtype"), str):
         raise ChannelError(f"bad tensor metadata {meta!r:.200}")
     shape = meta.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
+    if not isinstance(shape, list) or not all(
+        type(n) is int and 0 <= n <= MAX_TENSOR for n in shape
+    ):
         raise ChannelError(f"bad tensor shape {shape!r:.200}")
     dtype = dtype_of(meta["dtype"])
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if math.prod(shape) * itemsize != len(raw):
-        raise ChannelError(f"tensor of shape {shape} and {dtype} arrived with {len(raw)} bytes")
+    return dtype, shape, math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def _tensor(dtype: torch.dtype, shape: list[int], raw: bytes) -> torch.Tensor:
+    import torch
+
     if not raw:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
@@ -136,21 +142,33 @@ def _text(value: str) -> str:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
-def recv(conn: Connection) -> dict[str, Any]:
-    """One message. Raises EOFError when the other side is gone, ChannelError when malformed."""
+def recv(conn: Connection, max_total: int | None = None) -> dict[str, Any]:
+    """One message. Raises EOFError when the other side is gone, ChannelError when malformed.
+    Every tensor frame is read only up to the size its metadata declares; with `max_total`,
+    a message whose tensors declare more bytes together is refused before any frame is read
+    (the parent's cap on what a worker can make it hold)."""
     try:
         header = json.loads(conn.recv_bytes(MAX_HEADER))
     except (OSError, ValueError, RecursionError) as err:  # EOFError (peer gone) propagates
         raise ChannelError(f"unreadable message header: {err}") from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
         raise ChannelError("message without a tensor table")
+    specs = [_spec(meta) for meta in header["tensors"]]
+    total = sum(size for _, _, size in specs)
+    if any(size > MAX_TENSOR for _, _, size in specs) or (
+        max_total is not None and total > max_total
+    ):
+        limit = f"{MAX_TENSOR} each" + ("" if max_total is None else f", {max_total} in all")
+        raise ChannelError(f"tensors of {total} bytes declared; the limit is {limit}")
     tensors = []
-    for meta in header["tensors"]:
+    for dtype, shape, size in specs:
         try:
-            raw = conn.recv_bytes(MAX_TENSOR)
+            raw = conn.recv_bytes(size)
         except OSError as err:
             raise ChannelError(f"unreadable tensor frame: {err}") from None
-        tensors.append(_tensor(meta, raw))
+        if len(raw) != size:
+            raise ChannelError(f"tensor of shape {shape} and {dtype} arrived with {len(raw)} bytes")
+        tensors.append(_tensor(dtype, shape, raw))
     try:
         body = _decode(header.get("body"), tensors)
     except RecursionError:

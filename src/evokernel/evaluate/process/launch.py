@@ -339,7 +339,7 @@ class WorkerProcess:
                 raise self._gone() from None
             if ready:
                 try:
-                    reply = protocol.recv(self.conn, kinds)
+                    reply = protocol.recv(self.conn, kinds, protocol.MAX_REPLY_BYTES)
                     if isinstance(reply, protocol.Ready):
                         self._note_core()
                     return reply
