@@ -78,6 +78,10 @@ def _declared_encodings(source: str) -> list[str]:
     return _CODING.findall(head)
 
 
+def _line_of(source: str, index: int) -> int:
+    return source.count("\n", 0, index) + 1
+
+
 def source_problems(source: str) -> list[str]:
     """Reason lines for a source no stage may take in (empty: it may go on): larger than
     `MAX_SOURCE_BYTES` in UTF-8, not encodable as UTF-8 (a lone surrogate), holding NUL, or
@@ -90,13 +94,13 @@ def source_problems(source: str) -> list[str]:
     try:
         data = source.encode("utf-8")
     except UnicodeEncodeError as err:
-        line = source.count("\n", 0, err.start) + 1
-        return [reason("static", f"line {line}: not valid Unicode text (a lone surrogate)")]
+        where = _line_of(source, err.start)
+        return [reason("static", f"line {where}: not valid Unicode text (a lone surrogate)")]
     if len(data) > MAX_SOURCE_BYTES:
         return [reason("static", f"the source is {len(data)} bytes in UTF-8; {limit}")]
-    if "\0" in source:
-        line = source.count("\n", 0, source.index("\0")) + 1
-        return [reason("static", f"line {line}: a NUL character")]
+    nul = source.find("\0")
+    if nul >= 0:
+        return [reason("static", f"line {_line_of(source, nul)}: a NUL character")]
     for name in _declared_encodings(source):
         try:
             utf8 = codecs.lookup(name).name == "utf-8"

@@ -100,7 +100,6 @@ def send(conn: Connection, message: dict[str, Any]) -> None:
 
 def _spec(meta: Any) -> tuple[torch.dtype, list[int], int]:
     """(dtype, shape, byte count) a tensor's metadata declares; ChannelError if malformed."""
-    import torch
 
     if not isinstance(meta, dict) or not isinstance(meta.get("dtype"), str):
         raise ChannelError(f"bad tensor metadata {meta!r:.200}")
@@ -110,7 +109,7 @@ def _spec(meta: Any) -> tuple[torch.dtype, list[int], int]:
     ):
         raise ChannelError(f"bad tensor shape {shape!r:.200}")
     dtype = dtype_of(meta["dtype"])
-    return dtype, shape, math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return dtype, shape, math.prod(shape) * dtype.itemsize
 
 
 def _tensor(dtype: torch.dtype, shape: list[int], raw: bytes) -> torch.Tensor:

@@ -30,7 +30,6 @@ from evokernel.tasks.blocks import (
 
 _FENCE_OPEN = re.compile(r"[ \t]*```[\w+.-]*[ \t]*")  # one whole line
 _FENCE_CLOSE = re.compile(r"[ \t]*```[ \t]*")
-_OPEN_FENCE = re.compile(r"^[ \t]*```[\w+.-]*[ \t]*$", re.MULTILINE)
 # Both stop at line ends (a `\W*` from every line start ate all the blank lines after it:
 # quadratic); the text may still start on a later line, after blanks and stars.
 _CHANGE_HEAD = re.compile(r"[^\w\n]*(?:change|summary)[^\w\n]*:", re.I)
@@ -85,7 +84,7 @@ def extract_rewrite(answer: str, parent: str) -> Rewrite:
     text = answer.replace("\r\n", "\n")
     fences = fenced_blocks(text)
     if not fences:
-        if len(_OPEN_FENCE.findall(text)) % 2 == 1:
+        if sum(1 for line in text.split("\n") if _FENCE_OPEN.fullmatch(line)) % 2 == 1:
             return Rewrite(None, "the answer's code fence never closes (cut off at max_tokens?)")
         if START in text and END in text:
             fences = [text]
