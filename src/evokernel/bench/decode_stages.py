@@ -53,6 +53,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "attn-4sm": {"attn_programs_per_sm": 4},
     # The split merged inside the attention launch by its last program (tickets).
     "tickets": {"ticket_combine": True},
+    # Each GEMV pulls the next GEMV's weights into L2 (before / after its PDL wait; pieces).
+    "prefetch": {"l2_prefetch": 1},
+    "prefetch-after": {"l2_prefetch": 2},
+    "prefetch-256": {"l2_prefetch": 1, "prefetch_piece": 256},
+    "prefetch-8k": {"l2_prefetch": 1, "prefetch_piece": 8192},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 
