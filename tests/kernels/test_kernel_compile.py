@@ -78,24 +78,20 @@ SCRIPT = textwrap.dedent(
             "stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
     flags = {"PDL": True}
     ptrs = ("x_ptr", "w_ptr", "stride_x", "stride_w")
-    # The GEMVs with the next stage's weights prefetched into L2 (kernels/overlap.py).
-    pf = {"pf_ptr": p, "pf_bytes": "i32", "pf_piece": "i32"}
-    pf_flags = {"PREFETCH": 1, "PF_THREADS": 256}
     for rows, block_n in ((1, 16), (8, 16)):
-        out = compile_one(norm_gemv_kernel, dict(gemv, **pf), {"K": 1024, "BLOCK_M": rows,
-            "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, **flags, **pf_flags}, 8, ptrs)
+        out = compile_one(norm_gemv_kernel, gemv, {"K": 1024, "BLOCK_M": rows,
+            "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, **flags}, 8, ptrs)
         no_spills(out, f"norm_gemv qkv M={rows}")
-        assert "cp.async.bulk.prefetch.L2.global" in out.asm["ptx"], "no L2 prefetch"
     add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32",
-           "stride_w": "i32", "stride_res": "i32", **pf}
-    for k, block_k, when in ((2048, 2048, 1), (3072, 4096, 2)):
+           "stride_w": "i32", "stride_res": "i32"}
+    for k, block_k in ((2048, 2048), (3072, 4096)):
         out = compile_one(gemv_add_kernel, add, {"K": k, "BLOCK_M": 1, "BLOCK_N": 8,
-            "BLOCK_K": block_k, **flags, "PREFETCH": when, "PF_THREADS": 256}, 8, ptrs)
+            "BLOCK_K": block_k, **flags}, 8, ptrs)
         no_spills(out, f"gemv_add K={k}")
     gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "I": "i32",
-               "stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32", **pf}
+               "stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
     out = compile_one(norm_gate_up_kernel, gate_up, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 8,
-        "BLOCK_K": 1024, **flags, **pf_flags}, 8, ptrs)
+        "BLOCK_K": 1024, **flags}, 8, ptrs)
     no_spills(out, "norm_gate_up")
     head = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "best_ptr": "*fp32", "arg_ptr": "*i32",
             "logits_ptr": "*fp32", "M": "i32", "V": "i32", "P": "i32", "stride_x": "i32",

@@ -10,8 +10,7 @@ import torch
 
 from evokernel.ops import reference
 from evokernel.ops.candidates import load_candidate
-from evokernel.ops.decode import DecodeTuning, prefetch_args
-from evokernel.ops.registry import TAKES_NEXT, OpSet
+from evokernel.ops.registry import OpSet
 from evokernel.ops.rope import rope_table
 
 H, HQ, HKV, D, INTER, S = 64, 4, 2, 32, 96, 40
@@ -89,42 +88,6 @@ def test_decode_layer_is_the_old_sequence_bit_for_bit(kind: str, B: int, device:
     assert not torch.equal(new["k_cache"], inputs["k_cache"])  # this token's K was written
 
 
-def test_only_the_triton_layer_takes_the_next_weight(tmp_path: Path, device: str) -> None:
-    triton_ops = OpSet.triton(pdl=False)
-    assert getattr(triton_ops.decode_layer, TAKES_NEXT, False)
-    assert not getattr(OpSet.torch().decode_layer, TAKES_NEXT, False)
-    path = tmp_path / "layer.py"
-    path.write_text(LAYER_CANDIDATE)
-    candidate = triton_ops.with_candidate("decode_layer", path)
-    assert not getattr(candidate.decode_layer, TAKES_NEXT, False)
-    recomposed = triton_ops.replace(rms_norm=(reference.rms_norm, "mine"))
-    assert not getattr(recomposed.decode_layer, TAKES_NEXT, False)
-    # The next weight is a hint: the layer's result is the old sequence's, bit for bit.
-    x = _layer_inputs(2, seed=7, device=device)
-    old, new = _copy(x), _copy(x)
-    got = triton_ops.decode_layer(*new.values(), next_weight=x["qkv_proj"])
-    assert torch.equal(got, _old_sequence(triton_ops, old))
-    assert torch.equal(new["k_cache"], old["k_cache"])
-
-
-def test_prefetch_args_cover_the_target_once() -> None:
-    tuning = DecodeTuning(l2_prefetch=1, prefetch_piece=1024, prefetch_max=1 << 20)
-    w = torch.empty(4096, 1024, dtype=torch.float16)  # 8 MiB: capped at 1 MiB
-    for programs, warps in ((256, 8), (3, 4), (1, 1)):
-        args = prefetch_args(w, w, programs, warps, tuning)
-        nbytes, piece = args["pf_bytes"], args["pf_piece"]
-        assert nbytes == 1 << 20 and args["PREFETCH"] == 1 and args["PF_THREADS"] == warps * 32
-        assert piece >= 1024 and piece % 16 == 0
-        assert programs * warps * 32 * piece >= nbytes  # one piece per thread is enough
-    odd = torch.empty(1001, dtype=torch.float16)  # 2,002 bytes: whole 16-byte units only
-    assert prefetch_args(odd, w, 4, 4, tuning)["pf_bytes"] == 2000
-    # Off, no target, or one the instruction cannot take: nothing is prefetched.
-    for target, t in ((w, DecodeTuning()), (None, tuning), (w[:, 1:], tuning),
-                      (odd[1:], tuning)):  # fmt: skip
-        args = prefetch_args(target, w, 4, 4, t)
-        assert args["PREFETCH"] == 0 and args["pf_bytes"] == 0 and args["pf_ptr"] is w
-
-
 def test_decode_layer_origin_labels(tmp_path: Path, device: str) -> None:
     assert OpSet.torch().origin["decode_layer"] == "torch"
     assert OpSet.triton(pdl=False).origin["decode_layer"] == "triton"
@@ -165,11 +128,8 @@ def test_decode_layer_candidate_replaces_the_layer(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("l2_prefetch", [0, 1, 2])
-def test_triton_decode_layer_is_the_old_sequence_in_bf16_on_the_gpu(l2_prefetch: int) -> None:
-    # With programmatic dependent launch on sm_90+, and each GEMV prefetching the next one's
-    # weights (the last one the next layer's, passed as next_weight).
-    ops = OpSet.triton(tuning=DecodeTuning(l2_prefetch=l2_prefetch))
+def test_triton_decode_layer_is_the_old_sequence_in_bf16_on_the_gpu() -> None:
+    ops = OpSet.triton()  # with programmatic dependent launch on sm_90+
     for B in (1, 3):
         x = _layer_inputs(B, seed=B, device="cuda")
         x = {  # bfloat16, but the RoPE tables stay float32
@@ -178,7 +138,6 @@ def test_triton_decode_layer_is_the_old_sequence_in_bf16_on_the_gpu(l2_prefetch:
             for k, v in x.items()
         }  # fmt: skip
         old, new = _copy(x), _copy(x)
-        got = ops.decode_layer(*new.values(), next_weight=x["qkv_proj"])
-        assert torch.equal(got, _old_sequence(ops, old))
+        assert torch.equal(_call(ops, new), _old_sequence(ops, old))
         assert torch.equal(new["k_cache"], old["k_cache"])
         assert torch.equal(new["v_cache"], old["v_cache"])

@@ -11,7 +11,8 @@ programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
     attention (q/k norm, RoPE, cache append, split-KV attention at --stage-position), o_proj
     (+ residual), gate_up (norm + gate/up GEMV + SiLU-mul), down (+ residual), head (final
     norm + lm_head + argmax); per layer in microseconds against the stage's byte floor (its
-    weight / KV bytes over the copy bandwidth measured in this run);
+    weight / KV bytes over the copy bandwidth measured in this run); the four GEMV stages
+    also L2-hot (`hot_us`: one layer's weights L times, so they come from L2, not HBM);
   * the whole greedy step as the engine runs it (one graph) at each position: microseconds,
     tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
     the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
@@ -53,11 +54,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "attn-4sm": {"attn_programs_per_sm": 4},
     # The split merged inside the attention launch by its last program (tickets).
     "tickets": {"ticket_combine": True},
-    # Each GEMV pulls the next GEMV's weights into L2 (before / after its PDL wait; pieces).
-    "prefetch": {"l2_prefetch": 1},
-    "prefetch-after": {"l2_prefetch": 2},
-    "prefetch-256": {"l2_prefetch": 1, "prefetch_piece": 256},
-    "prefetch-8k": {"l2_prefetch": 1, "prefetch_piece": 8192},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 
@@ -213,32 +209,41 @@ class Bench:
             pos.fill_(p - 1)
             lens.fill_(p)
 
-        fns: dict[str, Callable[[], object]] = {
-            "qkv": lambda: [ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps) for lw in w.layers],
-            "attention": lambda: [
-                ops.decode_attention_qkv(
-                    qkv,
-                    lw.q_norm,
-                    lw.k_norm,
-                    m.cos,
-                    m.sin,
-                    pos,
-                    self.cache.k[i],
-                    self.cache.v[i],
-                    lens,
-                    m.scale,
-                    eps,
-                    bound,
-                )
-                for i, lw in enumerate(w.layers)
-            ],
-            "o_proj": lambda: [ops.linear_residual(attn, lw.o_proj, h) for lw in w.layers],
-            "gate_up": lambda: [
-                ops.norm_gate_up_silu(h, lw.post_attn_norm, lw.gate_up_proj, eps) for lw in w.layers
-            ],
-            "down": lambda: [ops.linear_residual(act, lw.down_proj, h) for lw in w.layers],
-            "head": lambda: ops.greedy_head(h, w.final_norm, w.lm_head, eps, tokens, pos, lens),
-        }
+        def stage_fns(layers: list[Any]) -> dict[str, Callable[[], object]]:
+            return {
+                "qkv": lambda: [
+                    ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps) for lw in layers
+                ],
+                "attention": lambda: [
+                    ops.decode_attention_qkv(
+                        qkv,
+                        lw.q_norm,
+                        lw.k_norm,
+                        m.cos,
+                        m.sin,
+                        pos,
+                        self.cache.k[i],
+                        self.cache.v[i],
+                        lens,
+                        m.scale,
+                        eps,
+                        bound,
+                    )
+                    for i, lw in enumerate(layers)
+                ],
+                "o_proj": lambda: [ops.linear_residual(attn, lw.o_proj, h) for lw in layers],
+                "gate_up": lambda: [
+                    ops.norm_gate_up_silu(h, lw.post_attn_norm, lw.gate_up_proj, eps)
+                    for lw in layers
+                ],
+                "down": lambda: [ops.linear_residual(act, lw.down_proj, h) for lw in layers],
+                "head": lambda: ops.greedy_head(h, w.final_norm, w.lm_head, eps, tokens, pos, lens),
+            }
+
+        fns = stage_fns(list(w.layers))
+        # The GEMVs again with one layer's weights L times: L2-hot, what a stage costs when
+        # its weights need not come from HBM.
+        hot = stage_fns([w.layers[0]] * L)
         out = {}
         for stage in STAGES:
             us = graph_us(fns[stage], self.reps, reset)
@@ -246,6 +251,8 @@ class Bench:
             per = 1 if stage == "head" else L
             floor = self.floor_us(nbytes)
             out[stage] = {"us": us / per, "floor_us": floor / per, "pct": 100 * floor / us}
+            if stage in ("qkv", "o_proj", "gate_up", "down"):
+                out[stage]["hot_us"] = graph_us(hot[stage], self.reps, reset) / per
         out["attention"]["position"] = p
         return out
 
@@ -320,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append(bench.variant(name, VARIANTS[name]))
         r = results[-1]
         stages = " ".join(
-            f"{s} {r['stages'][s]['us']:.2f}us({r['stages'][s]['pct']:.0f}%)" for s in STAGES
+            f"{s} {r['stages'][s]['us']:.2f}us({r['stages'][s]['pct']:.0f}%"
+            + (f", hot {r['stages'][s]['hot_us']:.2f}" if "hot_us" in r["stages"][s] else "")
+            + ")"
+            for s in STAGES
         )
         steps = " ".join(
             f"@{p}: {v['tok_s']:.0f} tok/s {v['pct']:.1f}% (b2b {v['b2b_us']:.0f}us, "

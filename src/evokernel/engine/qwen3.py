@@ -39,7 +39,7 @@ import torch
 from evokernel.engine.cache import KVCache
 from evokernel.model.config import Qwen3Config
 from evokernel.model.weights import Qwen3Weights
-from evokernel.ops.registry import TAKES_NEXT, OpSet
+from evokernel.ops.registry import OpSet
 from evokernel.ops.rope import rope_table
 
 
@@ -128,9 +128,7 @@ class Qwen3Model:
         ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
         bound = cache.max_seq_len if max_len is None else min(max_len, cache.max_seq_len)
         h = ops.embed(w.embed_tokens, tokens)  # [B, H]
-        takes_next = getattr(ops.decode_layer, TAKES_NEXT, False)
         for i, layer in enumerate(w.layers):
-            nxt = w.layers[i + 1].qkv_proj if i + 1 < len(w.layers) else w.lm_head
             h = ops.decode_layer(
                 h,
                 layer.input_norm,
@@ -150,7 +148,6 @@ class Qwen3Model:
                 self.scale,
                 eps,
                 bound,
-                **({"next_weight": nxt} if takes_next else {}),
             )  # fmt: skip  [B, H]
         return h
 

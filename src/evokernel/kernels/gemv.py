@@ -32,7 +32,7 @@ itself waited on its predecessor, has finished): kernels/overlap.py.
 import triton
 import triton.language as tl
 
-from evokernel.kernels.overlap import l2_prefetch, pdl_enter
+from evokernel.kernels.overlap import pdl_enter
 
 
 @triton.jit
@@ -64,15 +64,6 @@ def _norm_weight(norm_ptr, cols, K: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH: tl.constexpr, AT: tl.constexpr,
-                   NT: tl.constexpr):  # fmt: skip
-    """The next stage's weights into L2 (overlap.l2_prefetch) when PREFETCH is AT: 1 before
-    the PDL wait, 2 after it."""
-    if PREFETCH == AT:
-        l2_prefetch(pf_ptr, pf_bytes, pf_piece, NT)
-
-
-@triton.jit
 def norm_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] RMSNorm weight (NORM only)
@@ -84,25 +75,18 @@ def norm_gemv_kernel(
     stride_w,
     stride_y,
     eps,
-    pf_ptr,  # the next stage's weights, pulled into L2 (PREFETCH only)
-    pf_bytes,
-    pf_piece,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     NORM: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,  # 0 none, 1 before the PDL wait, 2 after it
-    PF_THREADS: tl.constexpr,  # threads per program (num_warps * 32)
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, NORM)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 1, PF_THREADS)
     pdl_enter(PDL)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 2, PF_THREADS)
     for m in tl.static_range(BLOCK_M):
         if m < M:
             x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
@@ -120,23 +104,16 @@ def gemv_add_kernel(
     stride_x,
     stride_w,
     stride_res,
-    pf_ptr,  # the next stage's weights, pulled into L2 (PREFETCH only)
-    pf_bytes,
-    pf_piece,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,  # 0 none, 1 before the PDL wait, 2 after it
-    PF_THREADS: tl.constexpr,  # threads per program (num_warps * 32)
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 1, PF_THREADS)
     pdl_enter(PDL)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 2, PF_THREADS)
     dtype = res_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
@@ -160,25 +137,18 @@ def norm_gate_up_kernel(
     stride_w,
     stride_act,
     eps,
-    pf_ptr,  # the next stage's weights, pulled into L2 (PREFETCH only)
-    pf_bytes,
-    pf_piece,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,  # 0 none, 1 before the PDL wait, 2 after it
-    PF_THREADS: tl.constexpr,  # threads per program (num_warps * 32)
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     wg = _weight_tile(w_ptr, rows, I, stride_w, K, BLOCK_K)
     wu = _weight_tile(w_ptr + I * stride_w, rows, I, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, True)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 1, PF_THREADS)
     pdl_enter(PDL)
-    _prefetch_next(pf_ptr, pf_bytes, pf_piece, PREFETCH, 2, PF_THREADS)
     dtype = act_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:

@@ -51,20 +51,16 @@ class DecodeTuning:
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
-    l2_prefetch: int = 0  # GEMVs pull the next stage's weights into L2: 1 before the wait, 2 after
-    prefetch_piece: int = 1024  # bytes per prefetch instruction at the least
-    prefetch_max: int = 16 << 20  # bytes prefetched per launch at most
 
     def __post_init__(self) -> None:
         for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
-                     "short_max", "prefetch_piece", "prefetch_max"):  # fmt: skip
+                     "short_max"):  # fmt: skip
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
         short = self.short_block_n
         assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
         assert self.short_warps in (0, 1, 2, 4, 8) and self.attn_warps in (1, 2, 4, 8)
-        assert self.l2_prefetch in (0, 1, 2) and self.prefetch_piece >= 16, "prefetch"
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -107,25 +103,6 @@ def _warps(block_n: int, block_k: int, tuning: DecodeTuning) -> int:
     return 8 if block_n * block_k >= 16384 else 4
 
 
-def prefetch_args(
-    target: torch.Tensor | None, fallback: torch.Tensor, programs: int, warps: int,
-    tuning: DecodeTuning,
-) -> dict[str, object]:  # fmt: skip
-    """The GEMV kernels' L2 prefetch arguments: the first `tuning.prefetch_max` bytes of
-    `target` (the next stage's weights) cut into pieces of at least `tuning.prefetch_piece`
-    bytes, enough for `programs` programs of `warps` warps with one piece per thread
-    (kernels/overlap.py). None, prefetch off, or a target the instruction cannot take (not
-    contiguous, not 16-byte aligned): no prefetch (`fallback` stands in as the pointer)."""
-    usable = target is not None and target.is_contiguous() and target.data_ptr() % 16 == 0
-    if target is None or not usable or not tuning.l2_prefetch:  # (None: for the type checker)
-        return {"pf_ptr": fallback, "pf_bytes": 0, "pf_piece": 16, "PREFETCH": 0,
-                "PF_THREADS": warps * 32}  # fmt: skip
-    nbytes = min(target.nbytes, tuning.prefetch_max) // 16 * 16
-    piece = max(tuning.prefetch_piece, cdiv(cdiv(nbytes, programs * warps * 32), 16) * 16)
-    return {"pf_ptr": target, "pf_bytes": nbytes, "pf_piece": piece,
-            "PREFETCH": tuning.l2_prefetch, "PF_THREADS": warps * 32}  # fmt: skip
-
-
 def _check_rows(x: torch.Tensor, K: int) -> int:
     M = x.shape[0]
     assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
@@ -141,7 +118,6 @@ def norm_linear(
     eps: float,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import norm_gemv_kernel
 
@@ -151,12 +127,11 @@ def norm_linear(
     assert x.dtype == weight.dtype == norm_weight.dtype, (x.dtype, weight.dtype)
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
-    programs, warps = cdiv(N, block_n), _warps(block_n, block_k, tuning)
-    norm_gemv_kernel[(programs,)](
+    norm_gemv_kernel[(cdiv(N, block_n),)](
         x, norm_weight, weight, y, M, N, x.stride(0), weight.stride(0), y.stride(0),
         eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, NORM=True,
-        PDL=tuning.pdl, **prefetch_args(prefetch, weight, programs, warps, tuning),
-        num_warps=warps, launch_pdl=tuning.pdl,
+        PDL=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return y
 
@@ -167,7 +142,6 @@ def linear_residual(
     residual: torch.Tensor,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import gemv_add_kernel
 
@@ -176,12 +150,10 @@ def linear_residual(
     assert residual.shape == (M, N) and residual.stride(1) == 1 and weight.stride(1) == 1
     assert x.dtype == weight.dtype == residual.dtype, (x.dtype, weight.dtype, residual.dtype)
     block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
-    programs, warps = cdiv(N, block_n), _warps(block_n, block_k, tuning)
-    gemv_add_kernel[(programs,)](
+    gemv_add_kernel[(cdiv(N, block_n),)](
         x, weight, residual, M, N, x.stride(0), weight.stride(0), residual.stride(0),
         K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
-        **prefetch_args(prefetch, weight, programs, warps, tuning),
-        num_warps=warps, launch_pdl=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return residual
 
@@ -193,7 +165,6 @@ def norm_gate_up_silu(
     eps: float,
     *,
     tuning: DecodeTuning = DEFAULT,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     from evokernel.kernels.gemv import norm_gate_up_kernel
 
@@ -205,12 +176,11 @@ def norm_gate_up_silu(
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     block_n = gemv_block_n(inter, K, gate_up.element_size(), x.device, tuning, tiles=2)
     block_k = next_pow2(K)
-    programs, warps = cdiv(inter, block_n), _warps(2 * block_n, block_k, tuning)
-    norm_gate_up_kernel[(programs,)](
+    norm_gate_up_kernel[(cdiv(inter, block_n),)](
         x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0),
         act.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
-        PDL=tuning.pdl, **prefetch_args(prefetch, gate_up, programs, warps, tuning),
-        num_warps=warps, launch_pdl=tuning.pdl,
+        PDL=tuning.pdl,
+        num_warps=_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return act
 
@@ -345,46 +315,6 @@ def _attention(
             D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=4, launch_pdl=tuning.pdl,
         )  # fmt: skip
     return out.view(B, hq * D)
-
-
-def decode_layer(
-    h: torch.Tensor,
-    input_norm: torch.Tensor,
-    qkv_proj: torch.Tensor,
-    q_norm: torch.Tensor,
-    k_norm: torch.Tensor,
-    o_proj: torch.Tensor,
-    post_attn_norm: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    positions: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    eps: float,
-    max_len: int,
-    *,
-    tuning: DecodeTuning = DEFAULT,
-    next_weight: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """ops/compose.py's `decode_layer` on these kernels (same launches, same result), each GEMV
-    pulling the weights of the GEMV after it into L2 while it runs (with `tuning.l2_prefetch`):
-    qkv -> o_proj, o_proj -> gate_up, gate_up -> down, down -> `next_weight` (the next
-    layer's qkv_proj, or the lm_head after the last layer; the engine passes it where the op
-    set says it takes it: `OpSet.triton`)."""
-    t = tuning
-    qkv = norm_linear(h, input_norm, qkv_proj, eps, tuning=t, prefetch=o_proj)
-    attn = decode_attention_qkv(
-        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
-        max_len, tuning=t,
-    )  # fmt: skip
-    linear_residual(attn, o_proj, h, tuning=t, prefetch=gate_up_proj)
-    act = norm_gate_up_silu(h, post_attn_norm, gate_up_proj, eps, tuning=t, prefetch=down_proj)
-    linear_residual(act, down_proj, h, tuning=t, prefetch=next_weight)
-    return h
 
 
 def _head(

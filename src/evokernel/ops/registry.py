@@ -69,10 +69,6 @@ KERNEL_OPS: tuple[str, ...] = tuple(n for n in FUSED_OPS if n != "decode_layer")
 OP_NAMES: tuple[str, ...] = PLAIN_OPS + FUSED_OPS
 
 LINEAR_MAX_ROWS = 16
-# An op-set `decode_layer` with this attribute set also takes `next_weight=`: the weight the
-# engine reads next (the next layer's qkv_proj, or the lm_head), to prefetch. It changes no
-# result; other implementations (the composition, candidates, packs) are called without it.
-TAKES_NEXT = "takes_next_weight"
 
 Op = Callable[..., Any]
 
@@ -125,9 +121,7 @@ class OpSet:
         from evokernel.ops import activation, decode, norm, rope
 
         use_pdl = pdl_supported() if pdl is None else pdl
-        base = tuning or decode.DEFAULT
-        prefetch = base.l2_prefetch if pdl_supported() else 0  # the instruction is sm_90's
-        bound = dataclasses.replace(base, pdl=use_pdl, l2_prefetch=prefetch)
+        bound = dataclasses.replace(tuning or decode.DEFAULT, pdl=use_pdl)
         ops = cls.torch().replace(
             rms_norm=(norm.rms_norm, "triton"),
             residual_add=(norm.residual_add, "triton"),
@@ -138,14 +132,9 @@ class OpSet:
             if seed_path(name).is_file():
                 ops = ops.with_candidate(name, seed_path(name))
         label = "triton+pdl" if use_pdl else "triton"
-        # The layer on the same kernels, each GEMV pulling the next one's weights into L2
-        # (sm_90+); it takes the next layer's first weight as `next_weight=` (TAKES_NEXT).
-        layer = functools.partial(decode.decode_layer, tuning=bound)
-        setattr(layer, TAKES_NEXT, True)
         return ops.replace(
             **{name: (functools.partial(getattr(decode, name), tuning=bound), label)
-               for name in KERNEL_OPS},
-            decode_layer=(layer, label),
+               for name in KERNEL_OPS}
         )  # fmt: skip
 
     @classmethod
