@@ -49,11 +49,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "short-w1": {"short_warps": 1},
     # One program per kv head up to 256 positions in 64-row tiles (the engine until 2026-11-23).
     "direct256": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64},
+    # One program per kv head up to 256 positions in 16- or 32-row tiles.
+    "direct256-n16": {"short_block_n": 16, "direct_max": 256},
+    "direct256-n32": {"short_block_n": 32, "direct_max": 256},
     "chunk64": {"min_chunk": 64},
     "chunk128": {"min_chunk": 128},
     "attn-4sm": {"attn_programs_per_sm": 4},
     # The split merged inside the attention launch by its last program (tickets).
     "tickets": {"ticket_combine": True},
+    # The lm_head in runs of blocks per program (two tiles in registers, so fewer programs).
+    "head-runs-32k": {"head_programs_per_sm": 1, "head_warps": 16},
+    "head-runs-16k": {"head_programs_per_sm": 2, "head_tile_bytes": 16384, "head_warps": 8},
+    "head-runs-8k": {"head_programs_per_sm": 5, "head_tile_bytes": 8192, "head_warps": 4},
+    "head-64k": {"head_tile_bytes": 65536},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 
