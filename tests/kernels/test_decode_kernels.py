@@ -48,45 +48,33 @@ def test_gemv_ops_match_their_compositions(M, N, K, dtype, device) -> None:
     assert_close(got, want, "residual")
 
 
-# The lm_head kernel one block per program, and with programs capped (runs of blocks each).
-HEAD_TUNINGS = {"block": decode.DecodeTuning(), "runs": decode.DecodeTuning(head_programs_per_sm=1)}
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,N,K", GEMV_CASES)
-@pytest.mark.parametrize("head", list(HEAD_TUNINGS))
-def test_greedy_head_writes_argmax_and_advances(M, N, K, dtype, head, device) -> None:
-    tuning = HEAD_TUNINGS[head]
+def test_greedy_head_writes_argmax_and_advances(M, N, K, dtype, device) -> None:
     g = torch.Generator().manual_seed(7 + M + N)
     x = _randn(M, K, g=g, dtype=dtype, device=device, scale=2.0)
     norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device, dtype)
     lm_head = _randn(N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
     pos = torch.arange(3, 3 + M, dtype=torch.int32, device=device)
     tokens, lens = torch.full((M,), -1, dtype=torch.int64, device=device), pos + 1
-    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, lens, tuning=tuning)
-    want = REF.norm_logits(x, norm_w, lm_head, EPS)
-    assert tokens.tolist() == want.argmax(dim=-1).tolist()
-    # The same per-row arithmetic whichever program walks the row: the same logits.
-    logits = decode.norm_logits(x, norm_w, lm_head, EPS, tuning=tuning)
-    assert torch.equal(logits, decode.norm_logits(x, norm_w, lm_head, EPS))
+    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, lens)
+    want = REF.norm_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)
+    assert tokens.tolist() == want.tolist()
     assert pos.tolist() == list(range(4, 4 + M)) and lens.tolist() == list(range(5, 5 + M))
 
 
-@pytest.mark.parametrize("head", list(HEAD_TUNINGS))
-@pytest.mark.parametrize("twin", [900, 200])
-def test_greedy_head_ties_go_to_the_lowest_id(head: str, twin: int, device: str) -> None:
-    # Rows 70 and `twin` of lm_head are equal and give the largest logit: 70 must win, across
-    # programs and across blocks of partials (900), and across the blocks of one program's run
-    # (200: 128-row blocks, two per program when capped on the interpreter's 4 "SMs").
+def test_greedy_head_ties_go_to_the_lowest_id(device: str) -> None:
+    # Rows 70 and 900 of lm_head are equal and give the largest logit: 70 must win, across
+    # programs and across blocks of partials.
     g = torch.Generator().manual_seed(1)
     V, K = 1000, 64
     x = torch.randn(2, K, generator=g).to(device)
     lm_head = (torch.randn(V, K, generator=g) * 0.01).to(device)
-    lm_head[twin] = lm_head[70] = x[0] / x[0].norm() * 3
+    lm_head[900] = lm_head[70] = x[0] / x[0].norm() * 3
     norm_w = torch.ones(K, device=device)
     tokens = torch.zeros(2, dtype=torch.int64, device=device)
     pos = torch.zeros(2, dtype=torch.int32, device=device)
-    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1, tuning=HEAD_TUNINGS[head])
+    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1)
     assert int(tokens[0]) == 70
 
 

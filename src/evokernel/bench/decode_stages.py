@@ -57,11 +57,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "attn-4sm": {"attn_programs_per_sm": 4},
     # The split merged inside the attention launch by its last program (tickets).
     "tickets": {"ticket_combine": True},
-    # The lm_head in runs of blocks per program (two tiles in registers, so fewer programs).
-    "head-runs-32k": {"head_programs_per_sm": 1, "head_warps": 16},
-    "head-runs-16k": {"head_programs_per_sm": 2, "head_tile_bytes": 16384, "head_warps": 8},
-    "head-runs-8k": {"head_programs_per_sm": 5, "head_tile_bytes": 8192, "head_warps": 4},
-    "head-64k": {"head_tile_bytes": 65536},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 

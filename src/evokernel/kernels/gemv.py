@@ -13,10 +13,8 @@ activations out of L2.
   norm_gemv_kernel      y = W @ rms_norm(x)                      (qkv projection)
   gemv_add_kernel       res += W @ x, in place                   (o_proj, down_proj + residual)
   norm_gate_up_kernel   act = silu(Wg @ n) * (Wu @ n), n = rms_norm(x)   (gate/up + SiLU-mul)
-  norm_head_kernel      per program: max/argmax of round(W @ rms_norm(x)) over its rows (a
-                        run of consecutive row blocks, each block's tile loaded while the
-                        one before is computed), and optionally the logits themselves
-                        (final norm + lm_head)
+  norm_head_kernel      per program: max/argmax of round(W @ rms_norm(x)) over its rows, and
+                        optionally the logits themselves (final norm + lm_head)
   argmax_finish_kernel  the token = argmax over the partials; optionally advances the step's
                         positions and seq_lens (the decode step's last kernel)
 
@@ -162,31 +160,6 @@ def norm_gate_up_kernel(
 
 
 @triton.jit
-def _head_block(
-    w, rows, end, x_ptr, stride_x, norm_w, cols, eps, logits_ptr, stride_logits, M, top,
-    top_arg, K: tl.constexpr, BLOCK_M: tl.constexpr, WRITE_LOGITS: tl.constexpr,
-):  # fmt: skip
-    """One block of lm_head rows (`rows`, valid below `end`): the running best logit and id
-    per input row ([BLOCK_M] each), updated where this block has a strictly larger one."""
-    dtype = x_ptr.dtype.element_ty
-    mi = tl.arange(0, BLOCK_M)
-    for m in tl.static_range(BLOCK_M):
-        if m < M:
-            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
-            logit = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
-            if WRITE_LOGITS:
-                tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < end)
-            logit = tl.where(rows < end, logit, -float("inf"))
-            best, arg = tl.max(
-                logit, axis=0, return_indices=True, return_indices_tie_break_left=True
-            )
-            better = (mi == m) & (best > top)
-            top_arg = tl.where(better, tl.min(rows, axis=0) + arg, top_arg)
-            top = tl.where(better, best, top)
-    return top, top_arg
-
-
-@triton.jit
 def norm_head_kernel(
     x_ptr,  # [M, K] the residual stream after the last layer
     norm_ptr,  # [K] final norm weight
@@ -197,50 +170,36 @@ def norm_head_kernel(
     M,
     V,
     P,
-    blocks,  # BLOCK_N-row blocks per program (RUNS; else 1): program p's are p * blocks, ...
     stride_x,
     stride_w,
     stride_logits,
     eps,
     K: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # a power of two >= M
+    BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     WRITE_LOGITS: tl.constexpr,
-    RUNS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """With RUNS, program p walks its run of blocks in order, the next block's tile loading
-    while the current one is computed (two tiles in registers); ties keep the earlier block,
-    so partials in program order are in id order (argmax_finish_kernel keeps the lowest id
-    among equals)."""
     pid = tl.program_id(0)
-    first = pid * blocks
-    end = tl.minimum((first + blocks) * BLOCK_N, V)  # rows of this program
-    rows = first * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
-    w = _weight_tile(w_ptr, rows, end, stride_w, K, BLOCK_K)
+    w = _weight_tile(w_ptr, rows, V, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, True)
     pdl_enter(PDL)
-    top = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    top_arg = tl.zeros([BLOCK_M], tl.int32)
-    if RUNS:
-        for _ in range(blocks):
-            w_next = _weight_tile(w_ptr, rows + BLOCK_N, end, stride_w, K, BLOCK_K)
-            top, top_arg = _head_block(
-                w, rows, end, x_ptr, stride_x, norm_w, cols, eps, logits_ptr, stride_logits,
-                M, top, top_arg, K, BLOCK_M, WRITE_LOGITS,
-            )  # fmt: skip
-            w = w_next
-            rows += BLOCK_N
-    else:
-        top, top_arg = _head_block(
-            w, rows, end, x_ptr, stride_x, norm_w, cols, eps, logits_ptr, stride_logits, M,
-            top, top_arg, K, BLOCK_M, WRITE_LOGITS,
-        )  # fmt: skip
-    mi = tl.arange(0, BLOCK_M)
-    tl.store(best_ptr + mi * P + pid, top, mask=mi < M)
-    tl.store(arg_ptr + mi * P + pid, top_arg, mask=mi < M)
+    dtype = x_ptr.dtype.element_ty
+    for m in tl.static_range(BLOCK_M):
+        if m < M:
+            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
+            logit = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
+            if WRITE_LOGITS:
+                tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < V)
+            logit = tl.where(rows < V, logit, -float("inf"))
+            best, arg = tl.max(
+                logit, axis=0, return_indices=True, return_indices_tie_break_left=True
+            )
+            tl.store(best_ptr + m * P + pid, best)
+            tl.store(arg_ptr + m * P + pid, pid * BLOCK_N + arg)
 
 
 @triton.jit

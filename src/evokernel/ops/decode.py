@@ -23,7 +23,6 @@ host sync, graph-capturable.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -52,11 +51,6 @@ class DecodeTuning:
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
-    # lm_head: 0 one block of rows per program; else this many programs per SM, each
-    # walking a run of blocks (the next block's tile loading while one is computed)
-    head_programs_per_sm: int = 0
-    head_tile_bytes: int = 0  # lm_head weight bytes per program and block (0: tile_bytes)
-    head_warps: int = 0  # 0: as the other GEMVs
 
     def __post_init__(self) -> None:
         for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
@@ -67,9 +61,6 @@ class DecodeTuning:
         short = self.short_block_n
         assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
         assert self.short_warps in (0, 1, 2, 4, 8) and self.attn_warps in (1, 2, 4, 8)
-        head_tile = self.head_tile_bytes
-        assert head_tile == 0 or head_tile & (head_tile - 1) == 0, "head_tile_bytes"
-        assert self.head_warps in (0, 1, 2, 4, 8, 16) and self.head_programs_per_sm >= 0
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -336,21 +327,15 @@ def _head(
     V, K = lm_head.shape
     M = _check_rows(x, K)
     assert norm_weight.shape == (K,) and lm_head.stride(1) == 1 and x.dtype == lm_head.dtype
-    head = dataclasses.replace(tuning, tile_bytes=tuning.head_tile_bytes or tuning.tile_bytes)
-    block_n, block_k = gemv_block_n(V, K, lm_head.element_size(), x.device, head), next_pow2(K)
-    P = cdiv(V, block_n)  # one block per program, unless the programs are capped:
-    if tuning.head_programs_per_sm:
-        P = min(P, tuning.head_programs_per_sm * sm_count(x.device))
-    blocks = cdiv(cdiv(V, block_n), P)
-    P = cdiv(cdiv(V, block_n), blocks)
+    block_n, block_k = gemv_block_n(V, K, lm_head.element_size(), x.device, tuning), next_pow2(K)
+    P = cdiv(V, block_n)
     best = torch.empty((M, P), device=x.device, dtype=torch.float32)
     arg = torch.empty((M, P), device=x.device, dtype=torch.int32)
     norm_head_kernel[(P,)](
         x, norm_weight, lm_head, best, arg, best if logits is None else logits, M, V, P,
-        blocks, x.stride(0), lm_head.stride(0), 0 if logits is None else logits.stride(0), eps,
-        K=K, BLOCK_M=next_pow2(M), BLOCK_N=block_n, BLOCK_K=block_k,
-        WRITE_LOGITS=logits is not None, RUNS=blocks > 1, PDL=tuning.pdl,
-        num_warps=tuning.head_warps or _warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+        x.stride(0), lm_head.stride(0), 0 if logits is None else logits.stride(0), eps,
+        K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, WRITE_LOGITS=logits is not None,
+        PDL=tuning.pdl, num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return best, arg, P
 
