@@ -1,0 +1,149 @@
+"""The decode step's kernels on the device's clock: when each starts and ends, inside one CUDA
+graph replay, from the profiler's kernel records (CUPTI).
+
+    PYTHONPATH=src python3 scripts/gpu/step_timeline.py --model DIR [--position 33]
+        [--variant default] [--out timeline.json]
+
+Captures the engine's greedy decode step (Triton op set, bf16, PDL where supported) as the
+benchmarks do, replays it warm, then profiles a few replays. For the middle replay it prints,
+per kernel in launch order of one layer (the middle layer) and summed over all layers by
+kernel name: the kernel's duration (its first block's start to its last block's end) and its
+start relative to the previous kernel's end (negative: it started while the previous kernel
+was still running, which programmatic dependent launch allows). Writes every kernel record of
+that replay as JSON. The profiler may itself change the timing: the script prints the replay's
+span with and without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+
+def kernel_records(trace_path: str) -> list[dict]:
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    return sorted(kernels, key=lambda e: float(e["ts"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--position", type=int, default=33)
+    parser.add_argument("--variant", default="default", help="a decode_stages variant")
+    parser.add_argument("--replays", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from evokernel import device as devices
+
+    devices.prepare("cuda")
+    from evokernel.bench.decode_stages import VARIANTS
+    from evokernel.engine.graph import context_buckets
+    from evokernel.engine.loading import load_engine
+    from evokernel.ops.decode import DEFAULT
+    from evokernel.ops.registry import OpSet, pdl_supported
+
+    overrides = VARIANTS[args.variant]
+    tuning = dataclasses.replace(DEFAULT, **{k: v for k, v in overrides.items() if k != "pdl"})
+    model = load_engine(args.model, "cuda", torch.bfloat16, "torch")
+    model.ops = OpSet.triton(pdl=overrides.get("pdl", pdl_supported()), tuning=tuning)
+    cache = model.new_cache(1, args.position + 256)
+    for t in (*cache.k, *cache.v):
+        t.normal_()
+    bound = next(b for b in context_buckets(cache.max_seq_len) if b >= args.position + 64)
+    tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+    pos = torch.zeros(1, dtype=torch.int32, device="cuda")
+    lens = torch.ones(1, dtype=torch.int32, device="cuda")
+
+    def reset() -> None:
+        pos.fill_(args.position - 1)
+        lens.fill_(args.position)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            reset()
+            model.decode_greedy(tokens, pos, lens, cache, bound)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    reset()
+    with torch.cuda.graph(graph):
+        model.decode_greedy(tokens, pos, lens, cache, bound)
+    spans = []
+    for _ in range(20):
+        reset()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        spans.append(a.elapsed_time(b) * 1e3)
+    plain_us = statistics.median(spans[3:])
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(args.replays):
+            reset()
+            graph.replay()
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        kernels = kernel_records(path)
+    per_replay = len(kernels) // args.replays
+    if per_replay == 0 or len(kernels) % args.replays:
+        print(f"error: {len(kernels)} kernel records for {args.replays} replays", file=sys.stderr)
+        return 1
+    mid = args.replays // 2
+    step = kernels[mid * per_replay : (mid + 1) * per_replay]
+    t0 = float(step[0]["ts"])
+    rows = []
+    prev_end = None
+    for k in step:
+        start, dur = float(k["ts"]) - t0, float(k["dur"])
+        gap = None if prev_end is None else start - prev_end
+        rows.append({"name": k["name"], "start_us": start, "dur_us": dur, "gap_us": gap,
+                     "grid": k.get("args", {}).get("grid")})  # fmt: skip
+        prev_end = start + dur
+    span = rows[-1]["start_us"] + rows[-1]["dur_us"]
+    layers = model.cfg.num_hidden_layers
+    per_layer = (len(rows) - 3) // layers if layers else 0  # embed first, the head's two last
+    print(f"{torch.cuda.get_device_name()}, position {args.position}, variant {args.variant}: "
+          f"{len(rows)} kernels, replay span {span:.1f} us profiled, {plain_us:.1f} us plain "
+          f"(events around one replay)")  # fmt: skip
+    first = 1 + per_layer * (layers // 2)
+    print(f"layer {layers // 2} (kernel, duration us, start after the previous kernel's end us):")
+    for r in rows[first : first + per_layer]:
+        print(f"  {r['name'][:40]:<40} {r['dur_us']:7.2f} {r['gap_us']:+7.2f}")
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for r in rows[1:]:
+        by_name[r["name"]].append(r)
+    print("over the step, by kernel (count, median duration, median start gap, sums):")
+    for name, rs in by_name.items():
+        durs = [r["dur_us"] for r in rs]
+        gaps = [r["gap_us"] for r in rs]
+        print(f"  {name[:40]:<40} x{len(rs):<3} dur {statistics.median(durs):6.2f} "
+              f"gap {statistics.median(gaps):+6.2f}  sum dur {sum(durs):7.1f} "
+              f"sum gap {sum(gaps):+7.1f}")  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                        "position": args.position, "variant": args.variant,
+                                        "plain_us": plain_us, "kernels": rows}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
