@@ -139,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
               f"gap {statistics.median(gaps):+6.2f}  sum dur {sum(durs):7.1f} "
               f"sum gap {sum(gaps):+7.1f}")  # fmt: skip
     if args.out:
-        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
-                                        "position": args.position, "variant": args.variant,
-                                        "plain_us": plain_us, "kernels": rows}, indent=1))  # fmt: skip
+        doc = {"gpu": torch.cuda.get_device_name(), "position": args.position,
+               "variant": args.variant, "plain_us": plain_us, "kernels": rows}  # fmt: skip
+        args.out.write_text(json.dumps(doc, indent=1))
     return 0
 
 
