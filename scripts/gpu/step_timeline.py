@@ -110,34 +110,44 @@ def main(argv: list[str] | None = None) -> int:
     mid = args.replays // 2
     step = kernels[mid * per_replay : (mid + 1) * per_replay]
     t0 = float(step[0]["ts"])
-    rows = []
-    prev_end = None
+    rows: list[dict] = []
+    prev_end = 0.0
     for k in step:
         start, dur = float(k["ts"]) - t0, float(k["dur"])
-        gap = None if prev_end is None else start - prev_end
+        gap = start - prev_end  # the first kernel's: 0
         rows.append({"name": k["name"], "start_us": start, "dur_us": dur, "gap_us": gap,
                      "grid": k.get("args", {}).get("grid")})  # fmt: skip
         prev_end = start + dur
     span = rows[-1]["start_us"] + rows[-1]["dur_us"]
     layers = model.cfg.num_hidden_layers
-    per_layer = (len(rows) - 3) // layers if layers else 0  # embed first, the head's two last
+    # A layer starts at its qkv kernel (the first kernel name that occurs once per layer).
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[r["name"]] += 1
+    starts = [i for i, r in enumerate(rows) if counts[r["name"]] == layers]
+    starts = [i for i in starts if rows[i]["name"] == rows[starts[0]]["name"]]
+    first = starts[len(starts) // 2]
+    per_layer = starts[1] - starts[0] if len(starts) > 1 else 0
     print(f"{torch.cuda.get_device_name()}, position {args.position}, variant {args.variant}: "
           f"{len(rows)} kernels, replay span {span:.1f} us profiled, {plain_us:.1f} us plain "
           f"(events around one replay)")  # fmt: skip
-    first = 1 + per_layer * (layers // 2)
-    print(f"layer {layers // 2} (kernel, duration us, start after the previous kernel's end us):")
+    print(f"layer {layers // 2} (kernel, duration us, start after the previous kernel's end us, "
+          "end after the previous kernel's end us):")  # fmt: skip
     for r in rows[first : first + per_layer]:
-        print(f"  {r['name'][:40]:<40} {r['dur_us']:7.2f} {r['gap_us']:+7.2f}")
+        step_us = r["dur_us"] + r["gap_us"]
+        print(f"  {r['name'][:40]:<40} {r['dur_us']:7.2f} {r['gap_us']:+7.2f} {step_us:7.2f}")
     by_name: dict[str, list[dict]] = defaultdict(list)
-    for r in rows[1:]:
+    for r in rows[starts[0] :]:
         by_name[r["name"]].append(r)
-    print("over the step, by kernel (count, median duration, median start gap, sums):")
+    print("over the step, by kernel (count, median duration, median start gap, median and sum "
+          "of end after the previous kernel's end):")  # fmt: skip
     for name, rs in by_name.items():
         durs = [r["dur_us"] for r in rs]
         gaps = [r["gap_us"] for r in rs]
+        ends = [d + g for d, g in zip(durs, gaps, strict=True)]
         print(f"  {name[:40]:<40} x{len(rs):<3} dur {statistics.median(durs):6.2f} "
-              f"gap {statistics.median(gaps):+6.2f}  sum dur {sum(durs):7.1f} "
-              f"sum gap {sum(gaps):+7.1f}")  # fmt: skip
+              f"gap {statistics.median(gaps):+6.2f}  end {statistics.median(ends):6.2f} "
+              f"sum {sum(ends):7.1f}")  # fmt: skip
     if args.out:
         doc = {"gpu": torch.cuda.get_device_name(), "position": args.position,
                "variant": args.variant, "plain_us": plain_us, "kernels": rows}  # fmt: skip
