@@ -63,9 +63,10 @@ def test_greedy_head_writes_argmax_and_advances(M, N, K, dtype, device) -> None:
     assert pos.tolist() == list(range(4, 4 + M)) and lens.tolist() == list(range(5, 5 + M))
 
 
-def test_greedy_head_ties_go_to_the_lowest_id(device: str) -> None:
+@pytest.mark.parametrize("finish_block", [16384, 2])
+def test_greedy_head_ties_go_to_the_lowest_id(finish_block: int, device: str) -> None:
     # Rows 70 and 900 of lm_head are equal and give the largest logit: 70 must win, across
-    # programs and across blocks of partials.
+    # programs and across blocks of partials (2 partials per block: several blocks).
     g = torch.Generator().manual_seed(1)
     V, K = 1000, 64
     x = torch.randn(2, K, generator=g).to(device)
@@ -74,7 +75,8 @@ def test_greedy_head_ties_go_to_the_lowest_id(device: str) -> None:
     norm_w = torch.ones(K, device=device)
     tokens = torch.zeros(2, dtype=torch.int64, device=device)
     pos = torch.zeros(2, dtype=torch.int32, device=device)
-    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1)
+    tuning = decode.DecodeTuning(finish_block=finish_block)
+    decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1, tuning=tuning)
     assert int(tokens[0]) == 70
 
 

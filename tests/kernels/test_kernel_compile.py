@@ -100,9 +100,10 @@ SCRIPT = textwrap.dedent(
         out = compile_one(norm_head_kernel, head, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 16,
             "BLOCK_K": 1024, "WRITE_LOGITS": logits, "PDL": True}, 8, ptrs)
         no_spills(out, f"norm_head logits={logits}")
-    compile_one(argmax_finish_kernel, {"best_ptr": "*fp32", "arg_ptr": "*i32",
+    out = compile_one(argmax_finish_kernel, {"best_ptr": "*fp32", "arg_ptr": "*i32",
         "token_ptr": "*i64", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "P": "i32"},
-        {"BLOCK_P": 1024, "ADVANCE": True, "PDL": True}, 4)
+        {"BLOCK_P": 16384, "ADVANCE": True, "PDL": True}, 16)
+    no_spills(out, "argmax_finish 16k")
     attn = {"q_ptr": p, "q_norm_ptr": p, "k_norm_ptr": p, "cos_ptr": "*fp32",
             "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "k_ptr": p,
             "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32",

@@ -31,7 +31,6 @@ import torch
 from evokernel.ops.grid import cdiv, next_pow2
 
 MAX_ROWS = 8
-HEAD_BLOCK_P = 1024
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,13 @@ class DecodeTuning:
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
+    # The argmax over the lm_head programs' partials: this many per load (all of Qwen3's
+    # ~9.5k in one: each further block is one more L2 round trip in the step's last kernel)
+    finish_block: int = 16384
 
     def __post_init__(self) -> None:
         for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
-                     "short_max"):  # fmt: skip
+                     "short_max", "finish_block"):  # fmt: skip
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
@@ -370,8 +372,9 @@ def greedy_head(
     assert tokens.shape == (M,) and tokens.dtype == torch.int64
     assert positions.shape == (M,) and seq_lens.shape == (M,)
     best, arg, P = _head(x, norm_weight, lm_head, eps, None, tuning)
+    block_p = min(tuning.finish_block, next_pow2(P))
     argmax_finish_kernel[(M,)](
         best, arg, tokens, positions, seq_lens, P,
-        BLOCK_P=min(HEAD_BLOCK_P, next_pow2(P)), ADVANCE=True, PDL=tuning.pdl,
-        num_warps=4, launch_pdl=tuning.pdl,
+        BLOCK_P=block_p, ADVANCE=True, PDL=tuning.pdl,
+        num_warps=16 if block_p >= 4096 else 4, launch_pdl=tuning.pdl,
     )  # fmt: skip
