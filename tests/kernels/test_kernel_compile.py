@@ -121,7 +121,7 @@ SCRIPT = textwrap.dedent(
         no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
         "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},
-        {"D": 128, "BLOCK_S": 32, "PDL": True}, 4)
+        {"D": 128, "BLOCK_S": 32, "PDL": True}, 1)
     # The sync-cost probes (bench/sync_costs.py), the persistent barrier's spin loop included.
     from evokernel.kernels.sync_probes import (atomic_add_kernel, barrier_kernel,
         chain_kernel, store_rows_kernel)

@@ -153,7 +153,8 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         sig = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p, "Hq": "i32", "SPLIT": "i32"}
         sig["stride_ob"] = "i32"
         consts = {"D": D, "BLOCK_S": 64, "EXP2": bool(m.EXP2), "PDL": pdl}
-        lines.append(f"_combine {dtype}: {_compile(m._combine, sig, consts, 4, 3)} B shared")
+        shared = _compile(m._combine, sig, consts, m.COMBINE_WARPS, 3)
+        lines.append(f"_combine {dtype}: {shared} B shared")
     return lines
 
 

@@ -80,6 +80,7 @@ def test_seed_defaults_are_the_engines_choices(tmp_path):
     fixed = {
         "GEMV_WARPS": engine.gemv_warps,
         "ATTN_WARPS": engine.attn_warps,
+        "COMBINE_WARPS": engine.combine_warps,
         "SHORT_BLOCK_N": engine.short_block_n,
         "SHORT_MAX": engine.short_max,
         "DIRECT_MAX": engine.direct_max,

@@ -52,12 +52,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # One program per kv head up to 256 positions in 16- or 32-row tiles.
     "direct256-n16": {"short_block_n": 16, "direct_max": 256},
     "direct256-n32": {"short_block_n": 32, "direct_max": 256},
-    "direct256-w1": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64, "short_warps": 1},
-    "direct256-w2": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64, "short_warps": 2},
-    "direct256-w8": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64, "short_warps": 8},
-    "direct256-n32-w2": {"short_block_n": 32, "direct_max": 256, "short_warps": 2},
-    # The lm_head partials' argmax in blocks of 1,024 (10 serial loads for Qwen3's vocabulary).
-    "finish-1k": {"finish_block": 1024},
+    "short-w2": {"short_warps": 2},
+    "combine-w2": {"combine_warps": 2},
+    "combine-w4": {"combine_warps": 4},
     "chunk64": {"min_chunk": 64},
     "chunk128": {"min_chunk": 128},
     "attn-4sm": {"attn_programs_per_sm": 4},

@@ -45,6 +45,7 @@ class DecodeTuning:
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
     short_max: int = 256
     attn_warps: int = 4
+    combine_warps: int = 1  # the second kernel that merges the split's chunks
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
     min_chunk: int = 16  # beyond it, positions per attention program at the least
@@ -63,6 +64,7 @@ class DecodeTuning:
         short = self.short_block_n
         assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
         assert self.short_warps in (0, 1, 2, 4, 8) and self.attn_warps in (1, 2, 4, 8)
+        assert self.combine_warps in (1, 2, 4, 8)
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -314,7 +316,8 @@ def _attention(
     if split > 1 and not ticket:
         attention_combine_kernel[(B * hq,)](
             part, lse, out, hq, split, out.stride(0), out.stride(1),
-            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=4, launch_pdl=tuning.pdl,
+            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=tuning.combine_warps,
+            launch_pdl=tuning.pdl,
         )  # fmt: skip
     return out.view(B, hq * D)
 

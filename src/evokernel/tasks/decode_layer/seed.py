@@ -50,6 +50,7 @@ EXP2 = True  # tune: False, True
 FUSE_GATE_UP = True  # tune: False, True
 GEMV_WARPS = 0  # 0: 8 warps for tiles of >= 16K elements, else 4
 ATTN_WARPS = 4
+COMBINE_WARPS = 1  # the kernel that merges the split's chunks
 SHORT_BLOCK_N = 16  # attention tile rows for bounds up to SHORT_MAX
 SHORT_MAX = 256
 DIRECT_MAX = 16  # up to this bound one pass per kv head (no combine kernel)
@@ -501,7 +502,8 @@ def _attend(
     if split > 1:
         _combine[(B * hq,)](
             part, lse, out, hq, split, out.stride(0),
-            D=D, BLOCK_S=_next_pow2(split), EXP2=EXP2, PDL=pdl, num_warps=4, launch_pdl=pdl,
+            D=D, BLOCK_S=_next_pow2(split), EXP2=EXP2, PDL=pdl, num_warps=COMBINE_WARPS,
+            launch_pdl=pdl,
         )  # fmt: skip
     return out
 
