@@ -53,11 +53,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "direct256-n16": {"short_block_n": 16, "direct_max": 256},
     "direct256-n32": {"short_block_n": 32, "direct_max": 256},
     "short-w2": {"short_warps": 2},
-    # down_proj (K 3,072) in smaller programs, so more of them fit beside gate_up's.
-    "down-16k-w4": {"by_k": ((3072, 16384, 4),)},
-    "down-16k-w8": {"by_k": ((3072, 16384, 8),)},
-    "down-32k-w4": {"by_k": ((3072, 32768, 4),)},
-    "oproj-32k-w8": {"by_k": ((2048, 32768, 8),)},
     "combine-w2": {"combine_warps": 2},
     "combine-w4": {"combine_warps": 4},
     "chunk64": {"min_chunk": 64},

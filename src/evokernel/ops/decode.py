@@ -46,9 +46,6 @@ class DecodeTuning:
     short_max: int = 256
     attn_warps: int = 4
     combine_warps: int = 1  # the second kernel that merges the split's chunks
-    # (K, tile bytes, warps) triples: GEMVs over K input columns use these instead of
-    # tile_bytes / the warp rule (warps 0: the rule)
-    by_k: tuple[tuple[int, int, int], ...] = ()
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
     min_chunk: int = 16  # beyond it, positions per attention program at the least
@@ -68,15 +65,6 @@ class DecodeTuning:
         assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
         assert self.short_warps in (0, 1, 2, 4, 8) and self.attn_warps in (1, 2, 4, 8)
         assert self.combine_warps in (1, 2, 4, 8)
-        for _, tile, warps in self.by_k:
-            assert tile >= 1 and tile & (tile - 1) == 0 and warps in (0, 1, 2, 4, 8, 16), "by_k"
-
-    def gemv_tile(self, K: int) -> tuple[int, int]:
-        """(tile bytes, warps; 0 for the rule) of a GEMV over K input columns."""
-        for k, tile, warps in self.by_k:
-            if k == K:
-                return tile, warps
-        return self.tile_bytes, self.gemv_warps
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -106,18 +94,17 @@ def gemv_block_n(
 ) -> int:
     """Rows per program: ~tile_bytes of weights (`tiles` weight tiles per row), >= 1 wave."""
     per_row = next_pow2(K) * itemsize * tiles
-    block = max(1, min(next_pow2(N), tuning.gemv_tile(K)[0] // per_row))
+    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
     block = 1 << (block.bit_length() - 1)  # a power of two
     while block > 1 and cdiv(N, block) < sm_count(device):
         block //= 2
     return block
 
 
-def _warps(block_n: int, K: int, tuning: DecodeTuning) -> int:
-    warps = tuning.gemv_tile(K)[1]
-    if warps:
-        return warps
-    return 8 if block_n * next_pow2(K) >= 16384 else 4
+def _warps(block_n: int, block_k: int, tuning: DecodeTuning) -> int:
+    if tuning.gemv_warps:
+        return tuning.gemv_warps
+    return 8 if block_n * block_k >= 16384 else 4
 
 
 def _check_rows(x: torch.Tensor, K: int) -> int:
@@ -148,7 +135,7 @@ def norm_linear(
         x, norm_weight, weight, y, M, N, x.stride(0), weight.stride(0), y.stride(0),
         eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, NORM=True,
         PDL=tuning.pdl,
-        num_warps=_warps(block_n, K, tuning), launch_pdl=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return y
 
@@ -170,7 +157,7 @@ def linear_residual(
     gemv_add_kernel[(cdiv(N, block_n),)](
         x, weight, residual, M, N, x.stride(0), weight.stride(0), residual.stride(0),
         K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
-        num_warps=_warps(block_n, K, tuning), launch_pdl=tuning.pdl,
+        num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return residual
 
@@ -197,7 +184,7 @@ def norm_gate_up_silu(
         x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0),
         act.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
         PDL=tuning.pdl,
-        num_warps=_warps(2 * block_n, K, tuning), launch_pdl=tuning.pdl,
+        num_warps=_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return act
 
@@ -353,7 +340,7 @@ def _head(
         x, norm_weight, lm_head, best, arg, best if logits is None else logits, M, V, P,
         x.stride(0), lm_head.stride(0), 0 if logits is None else logits.stride(0), eps,
         K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, WRITE_LOGITS=logits is not None,
-        PDL=tuning.pdl, num_warps=_warps(block_n, K, tuning), launch_pdl=tuning.pdl,
+        PDL=tuning.pdl, num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return best, arg, P
 
