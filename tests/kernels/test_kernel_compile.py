@@ -112,13 +112,14 @@ SCRIPT = textwrap.dedent(
             "stride_qb": "i32", "stride_qh": "i32",
             "stride_kb": "i32", "stride_kh": "i32", "stride_ks": "i32", "stride_vb": "i32",
             "stride_vh": "i32", "stride_vs": "i32", "stride_ob": "i32", "stride_oh": "i32"}
-    for fused, direct, ticket in ((True, True, False), (True, False, False),
-                                  (True, False, True), (False, False, True)):
-        out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128, "BLOCK_G": 16,
-            "BLOCK_N": 64, "FUSED": fused, "DIRECT": direct, "TICKET": ticket,
-            "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False, **flags}, 4,
-            ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
-        no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket}")
+    for fused, direct, ticket, mma in ((True, True, False, True), (True, False, False, True),
+                                       (True, False, True, True), (False, False, True, True),
+                                       (True, False, False, False)):
+        out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128,
+            "BLOCK_G": 16 if mma else 2, "BLOCK_N": 64 if mma else 16, "FUSED": fused,
+            "DIRECT": direct, "TICKET": ticket, "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False,
+            "MMA": mma, **flags}, 4, ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
+        no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket} mma={mma}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
         "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},
         {"D": 128, "BLOCK_S": 32, "PDL": True}, 1)

@@ -53,6 +53,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "direct256-n16": {"short_block_n": 16, "direct_max": 256},
     "direct256-n32": {"short_block_n": 32, "direct_max": 256},
     "short-w2": {"short_warps": 2},
+    # The first bucket's attention products on the CUDA cores (no 16-row padding).
+    "short-cuda": {"short_mma": False},
+    "short-cuda-w2": {"short_mma": False, "short_warps": 2},
+    "short-cuda-w1": {"short_mma": False, "short_warps": 1},
+    "short-cuda-n32": {"short_mma": False, "short_block_n": 32, "min_chunk": 32},
     "combine-w2": {"combine_warps": 2},
     "combine-w4": {"combine_warps": 4},
     "chunk64": {"min_chunk": 64},

@@ -79,13 +79,23 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _rows_dot(a, b):
+    """[G, H] x [N, H] -> [G, N] on the CUDA cores, float32 (no padding of G to 16)."""
+    return tl.sum(a.to(tl.float32)[:, None, :] * b.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
 def _tile(
     q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi, qk_scale,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, MMA: tl.constexpr,
 ):  # fmt: skip
     """One K/V tile of the online softmax: (m_i, l_i, acc_lo, acc_hi) updated over the tile's
-    rows below `end` except the row at `pos` (the new token's, counted apart)."""
-    scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    rows below `end` except the row at `pos` (the new token's, counted apart). MMA: the two
+    products as tensor-core dots; else on the CUDA cores (p rounded to the dtype either way)."""
+    if MMA:
+        scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    else:
+        scores = _rows_dot(q_lo, k_lo) + _rows_dot(q_hi, k_hi)
     live = (offs_n < end) & (offs_n != pos)
     scores = tl.where(live[None, :], scores * qk_scale, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))
@@ -93,8 +103,13 @@ def _tile(
     p = tl.exp2(scores - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     pv = p.to(v_lo.dtype)
-    acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
-    acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    if MMA:
+        acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
+        acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    else:
+        pf = pv.to(tl.float32)[:, :, None]
+        acc_lo = acc_lo * alpha[:, None] + tl.sum(pf * v_lo.to(tl.float32)[None, :, :], axis=1)
+        acc_hi = acc_hi * alpha[:, None] + tl.sum(pf * v_hi.to(tl.float32)[None, :, :], axis=1)
     return m_new, l_i, acc_lo, acc_hi
 
 
@@ -139,6 +154,7 @@ def attention_kernel(
     BLOCK_S: tl.constexpr,  # >= SPLIT (TICKET)
     BLOCK_R: tl.constexpr,  # >= GROUP, a power of two (TICKET)
     IEEE: tl.constexpr,
+    MMA: tl.constexpr,  # tensor-core products (BLOCK_G >= 16); else CUDA cores
     PDL: tl.constexpr,
 ):
     HALF: tl.constexpr = D // 2
@@ -218,7 +234,7 @@ def attention_kernel(
     if start < end:  # the first tile, loaded before the PDL wait
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
-            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE,
+            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, MMA,
         )  # fmt: skip
     for n0 in range(start + BLOCK_N, end, BLOCK_N):
         # Loads at the top of the loop: Triton pipelines them several tiles deep.
@@ -227,7 +243,7 @@ def attention_kernel(
         v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi,
-            qk_scale, IEEE,
+            qk_scale, IEEE, MMA,
         )  # fmt: skip
 
     n_chunks = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # the non-empty ones

@@ -43,6 +43,7 @@ class DecodeTuning:
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
+    short_mma: bool = True  # bounds <= short_max: tensor-core products (else CUDA cores)
     short_max: int = 256
     attn_warps: int = 4
     combine_warps: int = 1  # the second kernel that merges the split's chunks
@@ -296,6 +297,7 @@ def _attention(
         split = attention_split(bound, B * hkv, q.device, tuning)
     out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
     ticket = split > 1 and tuning.ticket_combine
+    mma = tuning.short_mma or bound > tuning.short_max
     if split == 1:
         part = lse = out
     else:
@@ -307,10 +309,10 @@ def _attention(
         tickets, scale, eps, split, hkv, S, cos.shape[0] if fused else 0, stride_qb, stride_qh,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
-        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)),
+        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)) if mma else next_pow2(group),
         BLOCK_N=tuning.attention_block_n(bound), FUSED=fused, DIRECT=split == 1,
         TICKET=ticket, BLOCK_S=next_pow2(split), BLOCK_R=next_pow2(group),
-        IEEE=q.dtype == torch.float32, PDL=tuning.pdl,
+        IEEE=q.dtype == torch.float32, MMA=mma, PDL=tuning.pdl,
         num_warps=tuning.attention_warps(bound), launch_pdl=tuning.pdl,
     )  # fmt: skip
     if split > 1 and not ticket:
