@@ -55,9 +55,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "short-w2": {"short_warps": 2},
     # The first bucket's attention products on the CUDA cores (no 16-row padding).
     "short-cuda": {"short_mma": False},
-    "short-cuda-w2": {"short_mma": False, "short_warps": 2},
     "short-cuda-w1": {"short_mma": False, "short_warps": 1},
-    "short-cuda-n32": {"short_mma": False, "short_block_n": 32, "min_chunk": 32},
+    "short-cuda-1k": {"short_mma": False, "short_max": 1024},
+    "short-cuda-4k": {"short_mma": False, "short_max": 4096},
     "combine-w2": {"combine_warps": 2},
     "combine-w4": {"combine_warps": 4},
     "chunk64": {"min_chunk": 64},
