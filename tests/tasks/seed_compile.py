@@ -144,9 +144,12 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         sig |= dict.fromkeys(
             [f"stride_{s}" for s in ("kb", "kh", "ks", "vb", "vh", "vs", "ob")], "i32"
         )
-        for direct in (True, False):
-            consts = {"GROUP": hq // hkv, "D": D, "BLOCK_G": 16, "BLOCK_N": m.ATTN_BLOCK_N}
-            consts |= {"DIRECT": direct, "IEEE": dtype == "fp32"}
+        # The long-context launch (tensor-core products) and the first bucket's.
+        for direct, mma in ((True, True), (False, True), (False, bool(m.SHORT_MMA))):
+            group = hq // hkv
+            consts = {"GROUP": group, "D": D, "BLOCK_G": 16 if mma else _pow2(group)}
+            consts |= {"BLOCK_N": m.ATTN_BLOCK_N if mma else m.SHORT_BLOCK_N}
+            consts |= {"DIRECT": direct, "IEEE": dtype == "fp32", "MMA": mma}
             consts |= {"EXP2": bool(m.EXP2), "PDL": pdl}
             shared = _compile(m._attention, sig, consts, m.ATTN_WARPS, 3)
             lines.append(f"_attention {dtype} {consts}: {shared} B shared")
@@ -156,6 +159,10 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         shared = _compile(m._combine, sig, consts, m.COMBINE_WARPS, 3)
         lines.append(f"_combine {dtype}: {shared} B shared")
     return lines
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 
 
 COMPILERS = {

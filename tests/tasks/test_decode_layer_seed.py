@@ -83,6 +83,7 @@ def test_seed_defaults_are_the_engines_choices(tmp_path):
         "COMBINE_WARPS": engine.combine_warps,
         "SHORT_BLOCK_N": engine.short_block_n,
         "SHORT_MAX": engine.short_max,
+        "SHORT_MMA": engine.short_mma,
         "DIRECT_MAX": engine.direct_max,
         "MIN_CHUNK": engine.min_chunk,
         "PROGRAMS_PER_SM": engine.attn_programs_per_sm,

@@ -4,8 +4,10 @@ Grid (B * Hkv, SPLIT). Program (b, j, s) serves kv head j of sequence b and *all
 Hq / Hkv query heads that share it, so each K/V row is read once per step, not once per query
 head. It walks the s-th chunk of the valid positions [0, seq_lens[b]) (chunks are equal, a
 multiple of BLOCK_N, trailing ones may be empty) in BLOCK_N-row tiles with an online softmax in
-float32 (base-2 exponentials), the GROUP query rows padded to BLOCK_G >= 16 so that the score
-and value products run as tensor-core dots. Positions at or past seq_lens[b] are never read.
+float32 (base-2 exponentials). With MMA the GROUP query rows are padded to BLOCK_G >= 16 so
+that the score and value products run as tensor-core dots; without, they run on the CUDA
+cores (BLOCK_G >= GROUP, a power of two), which at short context is the shorter chain after
+the PDL wait (no operand layout conversions). Positions at or past seq_lens[b] are never read.
 
   * SPLIT == 1 (DIRECT): the program normalises and writes out[b, h, :] itself.
   * SPLIT > 1: it writes its normalised partial [D] and log2-sum-exp per query head, merged

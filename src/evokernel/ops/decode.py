@@ -12,7 +12,8 @@ until there are at least as many programs as SMs. Attention splits the context i
 of at least `tuning.min_chunk` positions, as many as B * Hkv * SPLIT programs fit on the GPU
 (`attention_split`): where a chunk is one tile, each program's whole share of the cache is
 loaded before its PDL wait, and after the wait only the new token's row and the arithmetic
-remain; launches bounded by the first graph bucket use 16-row tiles. Chunks are merged by a
+remain; launches bounded by the first graph bucket use 16-row tiles and, unless
+`tuning.short_mma`, run the attention's products on the CUDA cores. Chunks are merged by a
 second launch (`attention_combine_kernel`), or, with `tuning.ticket_combine`, inside the
 attention launch by the last program of each (sequence, kv head) to finish
 (kernels/attention.py), so a split costs no second launch; the counters it needs are one
@@ -43,7 +44,7 @@ class DecodeTuning:
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
-    short_mma: bool = True  # bounds <= short_max: tensor-core products (else CUDA cores)
+    short_mma: bool = False  # bounds <= short_max: tensor-core products (else CUDA cores)
     short_max: int = 256
     attn_warps: int = 4
     combine_warps: int = 1  # the second kernel that merges the split's chunks

@@ -16,7 +16,8 @@ one wave of SMs. Rounding follows transformers' Qwen3 in the model dtype (norm o
 projection, the residual sums, SiLU and its product).
 
 Attention: program (b * Hkv + j, s) serves kv head j of sequence b and its GROUP query heads
-(padded to BLOCK_G >= 16 rows for tensor-core dots), online softmax in float32 over BLOCK_N-row
+(padded to BLOCK_G >= 16 rows for tensor-core dots; under SHORT_MAX, with SHORT_MMA off, the
+products run on the CUDA cores, unpadded), online softmax in float32 over BLOCK_N-row
 tiles of the s-th chunk (SHORT_BLOCK_N-row tiles under bounds up to SHORT_MAX); the context
 is split (SPLIT > 1) beyond DIRECT_MAX cache positions, into chunks of at least MIN_CHUNK, their
 count rounded up to a power of two within PROGRAMS_PER_SM programs per SM, so that where the
@@ -53,6 +54,7 @@ ATTN_WARPS = 4
 COMBINE_WARPS = 1  # the kernel that merges the split's chunks
 SHORT_BLOCK_N = 16  # attention tile rows for bounds up to SHORT_MAX
 SHORT_MAX = 256
+SHORT_MMA = False  # bounds up to SHORT_MAX: tensor-core products (else CUDA cores, no padding)
 DIRECT_MAX = 16  # up to this bound one pass per kv head (no combine kernel)
 MIN_CHUNK = 16  # beyond it, positions per attention program at the least
 PROGRAMS_PER_SM = 2  # B * Hkv * SPLIT up to this many per SM
@@ -214,13 +216,23 @@ def _exp(x, EXP2: tl.constexpr):
 
 
 @triton.jit
+def _rows_dot(a, b):
+    """[G, H] x [N, H] -> [G, N] on the CUDA cores, float32."""
+    return tl.sum(a.to(tl.float32)[:, None, :] * b.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
 def _tile(
     q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi, qk_scale,
-    IEEE: tl.constexpr, EXP2: tl.constexpr,
+    IEEE: tl.constexpr, EXP2: tl.constexpr, MMA: tl.constexpr,
 ):  # fmt: skip
     """One K/V tile of the online softmax (scores in log2 units when EXP2) over its rows below
-    `end` except the row at `pos` (the new token's, counted apart)."""
-    scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    `end` except the row at `pos` (the new token's, counted apart); the two products as
+    tensor-core dots (MMA) or on the CUDA cores."""
+    if MMA:
+        scores = _dot(q_lo, tl.trans(k_lo), IEEE) + _dot(q_hi, tl.trans(k_hi), IEEE)
+    else:
+        scores = _rows_dot(q_lo, k_lo) + _rows_dot(q_hi, k_hi)
     live = (offs_n < end) & (offs_n != pos)
     scores = tl.where(live[None, :], scores * qk_scale, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(scores, axis=1))
@@ -228,8 +240,13 @@ def _tile(
     p = _exp(scores - m_new[:, None], EXP2)
     l_i = l_i * alpha + tl.sum(p, axis=1)
     pv = p.to(v_lo.dtype)
-    acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
-    acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    if MMA:
+        acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
+        acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
+    else:
+        pf = pv.to(tl.float32)[:, :, None]
+        acc_lo = acc_lo * alpha[:, None] + tl.sum(pf * v_lo.to(tl.float32)[None, :, :], axis=1)
+        acc_hi = acc_hi * alpha[:, None] + tl.sum(pf * v_hi.to(tl.float32)[None, :, :], axis=1)
     return m_new, l_i, acc_lo, acc_hi
 
 
@@ -239,7 +256,8 @@ def _attention(
     out_ptr, part_ptr, lse_ptr, scale, eps, SPLIT, Hkv, S, P, stride_qkv,
     stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    DIRECT: tl.constexpr, IEEE: tl.constexpr, EXP2: tl.constexpr, PDL: tl.constexpr,
+    DIRECT: tl.constexpr, IEEE: tl.constexpr, EXP2: tl.constexpr, MMA: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """Program (b * Hkv + j, s): q/k prep of kv head j's heads, the cache write (by the program
     whose chunk holds the position) and attention over the s-th chunk of [0, seq_lens[b])."""
@@ -321,7 +339,7 @@ def _attention(
     if start < end:  # the first tile, loaded before the PDL wait
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, start + tl.arange(0, BLOCK_N), end, pos,
-            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2,
+            m_i, l_i, acc_lo, acc_hi, qk_scale, IEEE, EXP2, MMA,
         )  # fmt: skip
     for n0 in range(start + BLOCK_N, end, BLOCK_N):
         # Loads at the top of the loop: Triton pipelines them several tiles deep.
@@ -330,7 +348,7 @@ def _attention(
         v_lo, v_hi = _kv_tile(v_base, offs_n, offs_h, end, stride_vs, HALF)
         m_i, l_i, acc_lo, acc_hi = _tile(
             q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi,
-            qk_scale, IEEE, EXP2,
+            qk_scale, IEEE, EXP2, MMA,
         )  # fmt: skip
 
     if DIRECT:
@@ -483,7 +501,9 @@ def _attend(
     group = hq // hkv
     bound = min(max_len, S)
     split = _split(bound, B * hkv, qkv.device)
-    block_n = SHORT_BLOCK_N if bound <= SHORT_MAX else ATTN_BLOCK_N
+    short = bound <= SHORT_MAX
+    block_n = SHORT_BLOCK_N if short else ATTN_BLOCK_N
+    mma = SHORT_MMA or not short
     out = torch.empty((B, hq * D), device=qkv.device, dtype=qkv.dtype)
     if split == 1:
         part = lse = out  # unused
@@ -495,8 +515,9 @@ def _attend(
         scale, eps, split, hkv, S, cos.shape[0], qkv.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0),
-        GROUP=group, D=D, BLOCK_G=max(16, _next_pow2(group)), BLOCK_N=block_n,
-        DIRECT=split == 1, IEEE=qkv.dtype == torch.float32, EXP2=EXP2, PDL=pdl,
+        GROUP=group, D=D, BLOCK_G=max(16, _next_pow2(group)) if mma else _next_pow2(group),
+        BLOCK_N=block_n, DIRECT=split == 1, IEEE=qkv.dtype == torch.float32, EXP2=EXP2,
+        MMA=mma, PDL=pdl,
         num_warps=ATTN_WARPS, launch_pdl=pdl,
     )  # fmt: skip
     if split > 1:
