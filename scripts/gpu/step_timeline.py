@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from evokernel import device as devices
 
     devices.prepare("cuda")
-    from evokernel.bench.decode_stages import VARIANTS
+    from evokernel.bench.decode_stages import VARIANTS, capture, graph_us
     from evokernel.engine.graph import context_buckets
     from evokernel.engine.loading import load_engine
     from evokernel.ops.decode import DEFAULT
@@ -72,27 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         pos.fill_(args.position - 1)
         lens.fill_(args.position)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            reset()
-            model.decode_greedy(tokens, pos, lens, cache, bound)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    reset()
-    with torch.cuda.graph(graph):
+    def decode_step() -> None:
         model.decode_greedy(tokens, pos, lens, cache, bound)
-    spans = []
-    for _ in range(20):
-        reset()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        spans.append(a.elapsed_time(b) * 1e3)
-    plain_us = statistics.median(spans[3:])
+
+    plain_us = graph_us(decode_step, 20, reset)  # its own capture, timed without the profiler
+    graph = capture(decode_step, reset)
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         for _ in range(args.replays):

@@ -86,15 +86,9 @@ def copy_gbps(nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / statistics.median(times[2:]) / 1e9
 
 
-def graph_us(
-    fn: Callable[[], object],
-    reps: int,
-    before: Callable[[], object] | None = None,
-    b2b: list[float] | None = None,
-) -> float:
-    """Median microseconds of one replay of a CUDA graph of `fn` (`before` runs, untimed,
-    ahead of every replay: it resets state the graph advances). With `b2b`, also appends the
-    mean microseconds per replay of 20 replays back to back."""
+def capture(fn: Callable[[], object], before: Callable[[], object] | None = None) -> Any:
+    """A CUDA graph of `fn`, after two warm-up calls on a side stream (`before` runs ahead of
+    each call and of the capture, outside the graph)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -108,6 +102,19 @@ def graph_us(
         before()
     with torch.cuda.graph(graph):
         fn()
+    return graph
+
+
+def graph_us(
+    fn: Callable[[], object],
+    reps: int,
+    before: Callable[[], object] | None = None,
+    b2b: list[float] | None = None,
+) -> float:
+    """Median microseconds of one replay of a CUDA graph of `fn` (`before` runs, untimed,
+    ahead of every replay: it resets state the graph advances). With `b2b`, also appends the
+    mean microseconds per replay of 20 replays back to back."""
+    graph = capture(fn, before)
     times = []
     for _ in range(reps + 3):
         if before:
@@ -197,7 +204,7 @@ class Bench:
         }
 
     def _stages(self, ops: Any) -> dict[str, dict[str, float]]:
-        m, cfg, w = self.model, self.cfg, self.model.weights
+        cfg, w = self.cfg, self.model.weights
         L, eps = cfg.num_hidden_layers, cfg.rms_norm_eps
         h = torch.randn(1, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
         qkv = torch.randn(
@@ -225,23 +232,7 @@ class Bench:
                 "qkv": lambda: [
                     ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps) for lw in layers
                 ],
-                "attention": lambda: [
-                    ops.decode_attention_qkv(
-                        qkv,
-                        lw.q_norm,
-                        lw.k_norm,
-                        m.cos,
-                        m.sin,
-                        pos,
-                        self.cache.k[i],
-                        self.cache.v[i],
-                        lens,
-                        m.scale,
-                        eps,
-                        bound,
-                    )
-                    for i, lw in enumerate(layers)
-                ],
+                "attention": lambda: self._attend(ops, qkv, pos, lens, bound, layers),
                 "o_proj": lambda: [ops.linear_residual(attn, lw.o_proj, h) for lw in layers],
                 "gate_up": lambda: [
                     ops.norm_gate_up_silu(h, lw.post_attn_norm, lw.gate_up_proj, eps)
@@ -267,9 +258,33 @@ class Bench:
         out["attention"]["position"] = p
         return out
 
+    def _attend(
+        self, ops: Any, qkv: torch.Tensor, pos: torch.Tensor, lens: torch.Tensor, bound: int,
+        layers: list[Any],
+    ) -> list[torch.Tensor]:  # fmt: skip
+        """The attention op over `layers` (layer i on cache layer i), as the step calls it."""
+        m = self.model
+        return [
+            ops.decode_attention_qkv(
+                qkv,
+                lw.q_norm,
+                lw.k_norm,
+                m.cos,
+                m.sin,
+                pos,
+                self.cache.k[i],
+                self.cache.v[i],
+                lens,
+                m.scale,
+                self.cfg.rms_norm_eps,
+                bound,
+            )
+            for i, lw in enumerate(layers)
+        ]
+
     def _attention_us(self, ops: Any, p: int) -> float:
         """Per layer: the attention stage alone at position p."""
-        m, cfg, w = self.model, self.cfg, self.model.weights
+        cfg = self.cfg
         qkv = torch.randn(
             1,
             (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
@@ -281,23 +296,7 @@ class Bench:
         bound = next(b for b in self.bounds if b >= p)
 
         def fn() -> object:
-            return [
-                ops.decode_attention_qkv(
-                    qkv,
-                    lw.q_norm,
-                    lw.k_norm,
-                    m.cos,
-                    m.sin,
-                    pos,
-                    self.cache.k[i],
-                    self.cache.v[i],
-                    lens,
-                    m.scale,
-                    cfg.rms_norm_eps,
-                    bound,
-                )
-                for i, lw in enumerate(w.layers)
-            ]
+            return self._attend(ops, qkv, pos, lens, bound, list(self.model.weights.layers))
 
         return graph_us(fn, self.reps) / cfg.num_hidden_layers
 
