@@ -96,8 +96,8 @@ COMBINES = {
     # 64-row tiles throughout, one program per kv head up to 256 positions (several tiles)
     "wide-tiles": decode.DecodeTuning(short_block_n=0, direct_max=256, min_chunk=64),
     "short-1warp": decode.DecodeTuning(short_block_n=16, short_warps=1, short_max=512),
-    # the products on the CUDA cores for bounds up to 512 (no padding of the query group)
-    "short-cuda": decode.DecodeTuning(short_mma=False, short_max=512),
+    # the default runs the first bucket's products on the CUDA cores; these on tensor cores
+    "short-mma": decode.DecodeTuning(short_mma=True, short_max=512),
 }
 
 
