@@ -87,6 +87,12 @@ def _rows_dot(a, b):
 
 
 @triton.jit
+def _rows_mix(p, v):
+    """[G, N] x [N, H] -> [G, H] on the CUDA cores, float32."""
+    return tl.sum(p.to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+
+
+@triton.jit
 def _tile(
     q_lo, q_hi, k_lo, k_hi, v_lo, v_hi, offs_n, end, pos, m_i, l_i, acc_lo, acc_hi, qk_scale,
     IEEE: tl.constexpr, MMA: tl.constexpr,
@@ -109,9 +115,8 @@ def _tile(
         acc_lo = acc_lo * alpha[:, None] + _dot(pv, v_lo, IEEE)
         acc_hi = acc_hi * alpha[:, None] + _dot(pv, v_hi, IEEE)
     else:
-        pf = pv.to(tl.float32)[:, :, None]
-        acc_lo = acc_lo * alpha[:, None] + tl.sum(pf * v_lo.to(tl.float32)[None, :, :], axis=1)
-        acc_hi = acc_hi * alpha[:, None] + tl.sum(pf * v_hi.to(tl.float32)[None, :, :], axis=1)
+        acc_lo = acc_lo * alpha[:, None] + _rows_mix(pv, v_lo)
+        acc_hi = acc_hi * alpha[:, None] + _rows_mix(pv, v_hi)
     return m_new, l_i, acc_lo, acc_hi
 
 

@@ -74,6 +74,10 @@ class DecodeTuning:
             return self.short_block_n
         return self.attn_block_n
 
+    def attention_mma(self, bound: int) -> bool:
+        """Whether a launch bounded by `bound` runs the attention's products on tensor cores."""
+        return self.short_mma or bound > self.short_max
+
     def attention_warps(self, bound: int) -> int:
         """Warps per attention program for a launch bounded by `bound`."""
         if self.short_warps and bound <= self.short_max:
@@ -298,7 +302,7 @@ def _attention(
         split = attention_split(bound, B * hkv, q.device, tuning)
     out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
     ticket = split > 1 and tuning.ticket_combine
-    mma = tuning.short_mma or bound > tuning.short_max
+    mma = tuning.attention_mma(bound)
     if split == 1:
         part = lse = out
     else:
