@@ -2,7 +2,7 @@
 graph replay, from the profiler's kernel records (CUPTI).
 
     PYTHONPATH=src python3 scripts/gpu/step_timeline.py --model DIR [--position 33]
-        [--variant default] [--out timeline.json]
+        [--variant default] [--cache N] [--out timeline.json]
 
 Captures the engine's greedy decode step (Triton op set, bf16, PDL where supported) as the
 benchmarks do, replays it warm, then profiles a few replays. For the middle replay it prints,
@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--position", type=int, default=33)
     parser.add_argument("--variant", default="default", help="a decode_stages variant")
     parser.add_argument("--replays", type=int, default=5)
+    parser.add_argument(
+        "--cache", type=int, default=None, help="KV cache positions (default: position + 256)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -60,10 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     tuning = dataclasses.replace(DEFAULT, **{k: v for k, v in overrides.items() if k != "pdl"})
     model = load_engine(args.model, "cuda", torch.bfloat16, "torch")
     model.ops = OpSet.triton(pdl=overrides.get("pdl", pdl_supported()), tuning=tuning)
-    cache = model.new_cache(1, args.position + 256)
+    if args.cache is not None and args.cache <= args.position:
+        print("error: --cache must exceed --position", file=sys.stderr)
+        return 2
+    cache = model.new_cache(1, args.cache or args.position + 256)
     for t in (*cache.k, *cache.v):
         t.normal_()
-    bound = next(b for b in context_buckets(cache.max_seq_len) if b >= args.position + 64)
+    bounds = context_buckets(cache.max_seq_len)
+    bound = next((b for b in bounds if b >= args.position + 64), bounds[-1])
     tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
     pos = torch.zeros(1, dtype=torch.int32, device="cuda")
     lens = torch.ones(1, dtype=torch.int32, device="cuda")

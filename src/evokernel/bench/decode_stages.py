@@ -1,7 +1,7 @@
 """Where a decode step's time goes: each stage alone, and the whole step, against byte floors.
 
     python -m evokernel.bench.decode_stages --model DIR [--positions 1,4096] [--out F.json]
-        [--variants default,no-pdl,tile16k,...] [--stage-position 1024]
+        [--variants default,no-pdl,tile16k,...] [--stage-position 1024] [--cache 128]
 
 For each launch variant of the fused decode kernels (a `DecodeTuning`, with or without
 programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
@@ -140,7 +140,12 @@ def graph_us(
 
 class Bench:
     def __init__(
-        self, model_dir: str, positions: list[int], reps: int, stage_position: int = 1024
+        self,
+        model_dir: str,
+        positions: list[int],
+        reps: int,
+        stage_position: int = 1024,
+        cache_len: int | None = None,
     ) -> None:
         from evokernel import device as devices
 
@@ -154,7 +159,8 @@ class Bench:
         self.model = load_engine(model_dir, "cuda", torch.bfloat16, "torch")
         cfg = self.model.cfg
         self.cfg = cfg
-        self.cache = self.model.new_cache(1, max(*positions, stage_position) + 2 * reps + 64)
+        need = max(*positions, stage_position) + 2 * reps + 64
+        self.cache = self.model.new_cache(1, cache_len or need)
         self.bounds = context_buckets(self.cache.max_seq_len)
         for t in (*self.cache.k, *self.cache.v):
             t.normal_()
@@ -305,7 +311,8 @@ class Bench:
         tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
         pos = torch.zeros(1, dtype=torch.int32, device="cuda")
         lens = torch.ones(1, dtype=torch.int32, device="cuda")
-        bound = next(b for b in self.bounds if b >= position + self.reps + 30)
+        # The smallest bucket that holds the 20 back-to-back steps (the cache's length at most).
+        bound = next((b for b in self.bounds if b >= position + self.reps + 30), self.bounds[-1])
 
         def reset() -> None:
             pos.fill_(position - 1)
@@ -325,13 +332,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stage-position", type=int, default=1024, help="the attention stage's position"
     )
+    parser.add_argument(
+        "--cache",
+        type=int,
+        default=None,
+        help="KV cache positions (default: what the positions need); a short cache sets the "
+        "steps' bound, as `bench decode` sizes its cache per row (128 at position 1)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    positions = [int(p) for p in args.positions.split(",")]
+    if args.cache is not None and args.cache < max(*positions, args.stage_position) + 21:
+        print("error: --cache must hold every position (and the stage position) + 21 steps",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not torch.cuda.is_available():
         print("error: decode_stages needs a CUDA GPU", file=sys.stderr)
         return 2
-    positions = [int(p) for p in args.positions.split(",")]
-    bench = Bench(args.model, positions, args.reps, args.stage_position)
+    bench = Bench(args.model, positions, args.reps, args.stage_position, args.cache)
     results = []
     for name in args.variants.split(","):
         results.append(bench.variant(name, VARIANTS[name]))
