@@ -63,10 +63,10 @@ def test_greedy_head_writes_argmax_and_advances(M, N, K, dtype, device) -> None:
     assert pos.tolist() == list(range(4, 4 + M)) and lens.tolist() == list(range(5, 5 + M))
 
 
-@pytest.mark.parametrize("finish_block", [16384, 2])
-def test_greedy_head_ties_go_to_the_lowest_id(finish_block: int, device: str) -> None:
+@pytest.mark.parametrize("tile_bytes", [32 * 1024, 256])
+def test_greedy_head_ties_go_to_the_lowest_id(tile_bytes: int, device: str) -> None:
     # Rows 70 and 900 of lm_head are equal and give the largest logit: 70 must win, across
-    # programs and across blocks of partials (2 partials per block: several blocks).
+    # programs (256-byte tiles: a program per row).
     g = torch.Generator().manual_seed(1)
     V, K = 1000, 64
     x = torch.randn(2, K, generator=g).to(device)
@@ -75,9 +75,33 @@ def test_greedy_head_ties_go_to_the_lowest_id(finish_block: int, device: str) ->
     norm_w = torch.ones(K, device=device)
     tokens = torch.zeros(2, dtype=torch.int64, device=device)
     pos = torch.zeros(2, dtype=torch.int32, device=device)
-    tuning = decode.DecodeTuning(finish_block=finish_block)
+    tuning = decode.DecodeTuning(tile_bytes=tile_bytes)
     decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1, tuning=tuning)
     assert int(tokens[0]) == 70
+    keys = decode.argmax_keys(torch.device(device), decode.MAX_ROWS)
+    assert not keys.any()  # left zero for the next head
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_greedy_head_orders_signs_zeros_and_repeats(dtype: torch.dtype, device: str) -> None:
+    # Logits of both signs, -0 against +0, infinities; every call a fresh argmax (the keys
+    # carry nothing from one call to the next, even when the second call's best is lower).
+    V, K = 600, 16
+    x = torch.ones(1, K, device=device, dtype=dtype)
+    norm_w = torch.ones(K, device=device, dtype=dtype)
+    tokens = torch.zeros(1, dtype=torch.int64, device=device)
+    pos = torch.zeros(1, dtype=torch.int32, device=device)
+    cases = {
+        "all negative": (-torch.arange(1, V + 1).float() / V, 0),
+        "-0 before +0": (torch.cat([-torch.ones(4), torch.tensor([-0.0, 0.0])]), 4),
+        "inf at the end": (torch.cat([torch.zeros(V - 1), torch.tensor([float("inf")])]), V - 1),
+        "lower best later": (torch.cat([torch.full((V - 1,), -5.0), torch.tensor([-2.0])]), V - 1),
+        "one row": (torch.tensor([-7.0]), 0),
+    }
+    for what, (logits, want) in cases.items():
+        lm_head = (logits[:, None] / K).expand(-1, K).contiguous().to(device, dtype)
+        decode.greedy_head(x, norm_w, lm_head, EPS, tokens, pos, pos + 1)
+        assert int(tokens[0]) == want, what
 
 
 ATTN_CASES = [
@@ -120,8 +144,8 @@ def _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed):
 
 def _tickets_are_zero(device) -> bool:
     return all(
-        int(t.abs().sum()) == 0 for key, kept in decode._TICKETS.items() for t in kept
-        if key[0] == torch.device(device).type
+        int(t.abs().sum()) == 0 for key, kept in decode._KEPT.items() for t in kept
+        if key[1] == torch.device(device).type
     )  # fmt: skip
 
 
@@ -169,7 +193,7 @@ def test_ticket_buffers_grow_and_are_kept(device) -> None:
     assert decode.attention_tickets(dev, small.numel()) is small  # the same address again
     big = decode.attention_tickets(dev, small.numel() + 1)
     assert big.numel() > small.numel()
-    kept = [t for (kind, _), ts in decode._TICKETS.items() if kind == dev.type for t in ts]
+    kept = [t for (_, kind, _), ts in decode._KEPT.items() if kind == dev.type for t in ts]
     assert any(t is small for t in kept)  # a graph captured with it may still replay
 
 

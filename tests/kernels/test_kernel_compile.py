@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent(
     from triton.compiler import ASTSource
     from evokernel.kernels.activation import silu_mul_kernel
     from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
+    from evokernel.kernels.embedding import embed_kernel
     from evokernel.kernels.gemv import (argmax_finish_kernel, gemv_add_kernel,
         norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
@@ -93,17 +94,22 @@ SCRIPT = textwrap.dedent(
     out = compile_one(norm_gate_up_kernel, gate_up, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 8,
         "BLOCK_K": 1024, **flags}, 8, ptrs)
     no_spills(out, "norm_gate_up")
-    head = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "best_ptr": "*fp32", "arg_ptr": "*i32",
-            "logits_ptr": "*fp32", "M": "i32", "V": "i32", "P": "i32", "stride_x": "i32",
-            "stride_w": "i32", "stride_logits": "i32", "eps": "fp32"}
+    head = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "key_ptr": "*i64", "logits_ptr": "*fp32",
+            "M": "i32", "V": "i32", "stride_x": "i32", "stride_w": "i32",
+            "stride_logits": "i32", "eps": "fp32"}
     for logits in (False, True):
         out = compile_one(norm_head_kernel, head, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 16,
-            "BLOCK_K": 1024, "WRITE_LOGITS": logits, "PDL": True}, 8, ptrs)
+            "BLOCK_K": 1024, "WRITE_LOGITS": logits, "ARGMAX": not logits, "PDL": True}, 8,
+            ptrs)
         no_spills(out, f"norm_head logits={logits}")
-    out = compile_one(argmax_finish_kernel, {"best_ptr": "*fp32", "arg_ptr": "*i32",
-        "token_ptr": "*i64", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "P": "i32"},
-        {"BLOCK_P": 16384, "ADVANCE": True, "PDL": True}, 16)
-    no_spills(out, "argmax_finish 16k")
+    out = compile_one(argmax_finish_kernel, {"key_ptr": "*i64", "token_ptr": "*i64",
+        "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "M": "i32"},
+        {"BLOCK_M": 1, "ADVANCE": True, "PDL": True}, 1)
+    no_spills(out, "argmax_finish")
+    for dt in ("*bf16", "*fp16", "*fp32"):
+        compile_one(embed_kernel, {"ids_ptr": "*i64", "w_ptr": dt, "out_ptr": dt, "V": "i32",
+            "H": "i32", "stride_w": "i32", "stride_out": "i32"},
+            {"BLOCK_H": 1024, "PDL": True}, 4, ("w_ptr", "out_ptr", "stride_w", "stride_out"))
     attn = {"q_ptr": p, "q_norm_ptr": p, "k_norm_ptr": p, "cos_ptr": "*fp32",
             "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "k_ptr": p,
             "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32",

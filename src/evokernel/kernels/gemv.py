@@ -13,10 +13,11 @@ activations out of L2.
   norm_gemv_kernel      y = W @ rms_norm(x)                      (qkv projection)
   gemv_add_kernel       res += W @ x, in place                   (o_proj, down_proj + residual)
   norm_gate_up_kernel   act = silu(Wg @ n) * (Wu @ n), n = rms_norm(x)   (gate/up + SiLU-mul)
-  norm_head_kernel      per program: max/argmax of round(W @ rms_norm(x)) over its rows, and
-                        optionally the logits themselves (final norm + lm_head)
-  argmax_finish_kernel  the token = argmax over the partials; optionally advances the step's
-                        positions and seq_lens (the decode step's last kernel)
+  norm_head_kernel      round(W @ rms_norm(x)) (final norm + lm_head): the logits, and/or each
+                        program's max/argmax folded into one int64 key per row by an atomic
+                        max (`argmax_key`: value, then lowest id, in one integer)
+  argmax_finish_kernel  the token from the key, the key reset to 0; optionally advances the
+                        step's positions and seq_lens (the decode step's last kernel)
 
 Rounding follows transformers' Qwen3 in the model dtype: the norm rounds to the dtype before and
 after its weight, every projection output is rounded, the residual sum is rounded, SiLU rounds
@@ -160,16 +161,25 @@ def norm_gate_up_kernel(
 
 
 @triton.jit
+def argmax_key(value, index):
+    """An int64 ordered as greedy argmax orders (value, index) pairs: the larger value first,
+    then the lower index. value float32 (+0 and -0 equal; a NaN above every number), index in
+    [0, 2**24). Keys are positive, so 0 is below every key."""
+    value = tl.where(value == 0.0, 0.0, value)  # -0 -> +0
+    bits = value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    ordered = tl.where(bits >= 0x80000000, 0xFFFFFFFF - bits, bits + 0x80000000)
+    return ordered * 0x1000000 + (0xFFFFFF - index.to(tl.int64))
+
+
+@triton.jit
 def norm_head_kernel(
     x_ptr,  # [M, K] the residual stream after the last layer
     norm_ptr,  # [K] final norm weight
     w_ptr,  # [V, K] lm_head
-    best_ptr,  # [M, P] float32 out: each program's largest logit per row
-    arg_ptr,  # [M, P] int32 out: its vocabulary id
+    key_ptr,  # [M] int64: atomic max of argmax_key over this launch's rows (ARGMAX only)
     logits_ptr,  # [M, V] float32 out (WRITE_LOGITS only)
     M,
     V,
-    P,
     stride_x,
     stride_w,
     stride_logits,
@@ -179,6 +189,7 @@ def norm_head_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
     PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -194,42 +205,34 @@ def norm_head_kernel(
             logit = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             if WRITE_LOGITS:
                 tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < V)
-            logit = tl.where(rows < V, logit, -float("inf"))
-            best, arg = tl.max(
-                logit, axis=0, return_indices=True, return_indices_tie_break_left=True
-            )
-            tl.store(best_ptr + m * P + pid, best)
-            tl.store(arg_ptr + m * P + pid, pid * BLOCK_N + arg)
+            if ARGMAX:
+                logit = tl.where(rows < V, logit, -float("inf"))
+                best, arg = tl.max(
+                    logit, axis=0, return_indices=True, return_indices_tie_break_left=True
+                )
+                key = argmax_key(best, pid * BLOCK_N + arg)
+                tl.atomic_max(key_ptr + m, key, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def argmax_finish_kernel(
-    best_ptr,  # [M, P] float32
-    arg_ptr,  # [M, P] int32
+    key_ptr,  # [M] int64: the head's argmax keys, reset to 0 here
     token_ptr,  # [M] int64 out
     pos_ptr,  # [M] int32, += 1 when ADVANCE
     seq_lens_ptr,  # [M] int32, += 1 when ADVANCE
-    P,
-    BLOCK_P: tl.constexpr,
+    M,
+    BLOCK_M: tl.constexpr,
     ADVANCE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Program m: the largest of the P partials of row m (the lowest id among equals)."""
-    m = tl.program_id(0)
+    """The token of each row from its key (the index in its low 24 bits); the keys go back
+    to 0 for the next launch of the head."""
+    rows = tl.arange(0, BLOCK_M)
+    live = rows < M
     pdl_enter(PDL)
-    top = -float("inf")
-    top_arg = 0
-    for p0 in range(0, P, BLOCK_P):
-        offs = p0 + tl.arange(0, BLOCK_P)
-        vals = tl.load(best_ptr + m * P + offs, mask=offs < P, other=-float("inf"))
-        args = tl.load(arg_ptr + m * P + offs, mask=offs < P, other=0)
-        best, where = tl.max(vals, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        arg = tl.sum(tl.where(tl.arange(0, BLOCK_P) == where, args, 0), axis=0)
-        # Blocks go in id order, so an equal value in a later block never wins.
-        better = best > top
-        top_arg = tl.where(better, arg, top_arg)
-        top = tl.where(better, best, top)
-    tl.store(token_ptr + m, top_arg)  # widened to the int64 token buffer
+    key = tl.load(key_ptr + rows, mask=live, other=0)
+    tl.store(key_ptr + rows, tl.zeros_like(key), mask=live)
+    tl.store(token_ptr + rows, 0xFFFFFF - (key & 0xFFFFFF), mask=live)
     if ADVANCE:
-        tl.store(pos_ptr + m, tl.load(pos_ptr + m) + 1)
-        tl.store(seq_lens_ptr + m, tl.load(seq_lens_ptr + m) + 1)
+        tl.store(pos_ptr + rows, tl.load(pos_ptr + rows, mask=live) + 1, mask=live)
+        tl.store(seq_lens_ptr + rows, tl.load(seq_lens_ptr + rows, mask=live) + 1, mask=live)

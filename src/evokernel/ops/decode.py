@@ -18,8 +18,10 @@ second launch (`attention_combine_kernel`), or, with `tuning.ticket_combine`, in
 attention launch by the last program of each (sequence, kv head) to finish
 (kernels/attention.py), so a split costs no second launch; the counters it needs are one
 zeroed int32 buffer per device (`attention_tickets`), kept for the process's life because
-captured graphs hold its address. All of it depends on shapes and host-side bounds only: no
-host sync, graph-capturable.
+captured graphs hold its address. The greedy head's argmax needs no pass over per-program
+partials: the lm_head programs fold theirs into one int64 key per row by an atomic max (a kept
+zeroed buffer too, `argmax_keys`), and a one-program kernel turns the keys into tokens. All
+of it depends on shapes and host-side bounds only: no host sync, graph-capturable.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from evokernel.ops.grid import cdiv, next_pow2
 
 MAX_ROWS = 8
+ARGMAX_MAX_VOCAB = 1 << 24  # greedy_head's argmax keys hold the id in 24 bits
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,10 @@ class DecodeTuning:
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
-    # The argmax over the lm_head programs' partials: this many per load (all of Qwen3's
-    # ~9.5k in one: each further block is one more L2 round trip in the step's last kernel)
-    finish_block: int = 16384
 
     def __post_init__(self) -> None:
         for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
-                     "short_max", "finish_block"):  # fmt: skip
+                     "short_max"):  # fmt: skip
             value = getattr(self, name)
             assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
         assert self.attn_block_n >= 16 and self.gemv_warps in (0, 1, 2, 4, 8, 16)
@@ -195,21 +195,32 @@ def norm_gate_up_silu(
     return act
 
 
-_TICKETS: dict[tuple[str, int | None], list[torch.Tensor]] = {}
+_KEPT: dict[tuple[str, str, int | None], list[torch.Tensor]] = {}
 
 
-def attention_tickets(device: torch.device, n: int) -> torch.Tensor:
-    """At least `n` int32 counters on `device`, zero between attention launches (each launch
-    that uses them leaves them zero). Every buffer handed out stays alive for the process's
-    life: a captured CUDA graph holds its address. A larger request allocates a larger
-    buffer (outside graph capture, do it once eagerly first, as warm-up does)."""
+def _kept_zeros(purpose: str, device: torch.device, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """At least `n` zeros of `dtype` on `device` for `purpose`, which every launch that uses
+    them leaves zero again. Every buffer handed out stays alive for the process's life: a
+    captured CUDA graph holds its address. A larger request allocates a larger buffer
+    (outside graph capture, do it once eagerly first, as warm-up does). Two launches sharing
+    a buffer must not run concurrently."""
     index = device.index
     if device.type == "cuda" and index is None:
         index = torch.cuda.current_device()
-    kept = _TICKETS.setdefault((device.type, index), [])
+    kept = _KEPT.setdefault((purpose, device.type, index), [])
     if not kept or kept[-1].numel() < n:
-        kept.append(torch.zeros(max(n, 256), dtype=torch.int32, device=device))
+        kept.append(torch.zeros(max(n, 256), dtype=dtype, device=device))
     return kept[-1]
+
+
+def attention_tickets(device: torch.device, n: int) -> torch.Tensor:
+    """At least `n` int32 counters, zero between attention launches (`_kept_zeros`)."""
+    return _kept_zeros("tickets", device, n, torch.int32)
+
+
+def argmax_keys(device: torch.device, n: int) -> torch.Tensor:
+    """At least `n` int64 argmax keys, zero between greedy heads (`_kept_zeros`)."""
+    return _kept_zeros("argmax", device, n, torch.int64)
 
 
 def attention_split(
@@ -331,25 +342,24 @@ def _attention(
 
 def _head(
     x: torch.Tensor, norm_weight: torch.Tensor, lm_head: torch.Tensor, eps: float,
-    logits: torch.Tensor | None, tuning: DecodeTuning,
-) -> tuple[torch.Tensor, torch.Tensor, int]:  # fmt: skip
-    """Partial (best, arg) per program [M, P] of the normed lm_head GEMV; logits if given."""
+    logits: torch.Tensor | None, keys: torch.Tensor | None, tuning: DecodeTuning,
+) -> None:  # fmt: skip
+    """The normed lm_head GEMV: into `logits` [M, V] if given, and each row's argmax key
+    (kernels/gemv.py `argmax_key`) atomically maxed into `keys` [M] if given."""
     from evokernel.kernels.gemv import norm_head_kernel
 
     V, K = lm_head.shape
     M = _check_rows(x, K)
     assert norm_weight.shape == (K,) and lm_head.stride(1) == 1 and x.dtype == lm_head.dtype
     block_n, block_k = gemv_block_n(V, K, lm_head.element_size(), x.device, tuning), next_pow2(K)
-    P = cdiv(V, block_n)
-    best = torch.empty((M, P), device=x.device, dtype=torch.float32)
-    arg = torch.empty((M, P), device=x.device, dtype=torch.int32)
-    norm_head_kernel[(P,)](
-        x, norm_weight, lm_head, best, arg, best if logits is None else logits, M, V, P,
-        x.stride(0), lm_head.stride(0), 0 if logits is None else logits.stride(0), eps,
+    out = logits if logits is not None else x  # an unused pointer argument
+    norm_head_kernel[(cdiv(V, block_n),)](
+        x, norm_weight, lm_head, keys if keys is not None else out, out, M, V,
+        x.stride(0), lm_head.stride(0), out.stride(0), eps,
         K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, WRITE_LOGITS=logits is not None,
-        PDL=tuning.pdl, num_warps=_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+        ARGMAX=keys is not None, PDL=tuning.pdl, num_warps=_warps(block_n, block_k, tuning),
+        launch_pdl=tuning.pdl,
     )  # fmt: skip
-    return best, arg, P
 
 
 def norm_logits(
@@ -361,7 +371,7 @@ def norm_logits(
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
     logits = torch.empty((x.shape[0], lm_head.shape[0]), device=x.device, dtype=torch.float32)
-    _head(x, norm_weight, lm_head, eps, logits, tuning)
+    _head(x, norm_weight, lm_head, eps, logits, None, tuning)
     return logits
 
 
@@ -376,15 +386,20 @@ def greedy_head(
     *,
     tuning: DecodeTuning = DEFAULT,
 ) -> None:
+    """Two launches: the head folds each program's max/argmax into one int64 key per row (an
+    atomic max on a kept zeroed buffer, `argmax_keys`), then one small program reads the keys,
+    writes the tokens, zeroes the keys and advances positions and seq_lens. Two greedy heads
+    must not run concurrently on one device."""
     from evokernel.kernels.gemv import argmax_finish_kernel
 
     M = x.shape[0]
     assert tokens.shape == (M,) and tokens.dtype == torch.int64
     assert positions.shape == (M,) and seq_lens.shape == (M,)
-    best, arg, P = _head(x, norm_weight, lm_head, eps, None, tuning)
-    block_p = min(tuning.finish_block, next_pow2(P))
-    argmax_finish_kernel[(M,)](
-        best, arg, tokens, positions, seq_lens, P,
-        BLOCK_P=block_p, ADVANCE=True, PDL=tuning.pdl,
-        num_warps=16 if block_p >= 4096 else 4, launch_pdl=tuning.pdl,
+    V = lm_head.shape[0]
+    assert V <= ARGMAX_MAX_VOCAB, f"greedy argmax takes up to {ARGMAX_MAX_VOCAB} ids, got {V}"
+    keys = argmax_keys(x.device, MAX_ROWS)
+    _head(x, norm_weight, lm_head, eps, None, keys, tuning)
+    argmax_finish_kernel[(1,)](
+        keys, tokens, positions, seq_lens, M,
+        BLOCK_M=next_pow2(M), ADVANCE=True, PDL=tuning.pdl, num_warps=1, launch_pdl=tuning.pdl,
     )  # fmt: skip

@@ -3,10 +3,10 @@
   OpSet.torch()                      every plain op from ops/reference.py (the reference), the
                                      fused decode ops as their compositions (ops/compose.py)
   OpSet.triton(pdl=None)             our Triton kernels where written (the fused decode-step
-                                     kernels of ops/decode.py among them, launched with
-                                     programmatic dependent launch when `pdl`, by default on
-                                     sm_90+ GPUs), the task seeds for `linear` and
-                                     `decode_attention`, torch for the rest
+                                     kernels of ops/decode.py and the embedding gather among
+                                     them, launched with programmatic dependent launch when
+                                     `pdl`, by default on sm_90+ GPUs), the task seeds for
+                                     `linear` and `decode_attention`, torch for the rest
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
   opset.with_pack(pack)              `decode_layer` dispatched per context bucket to a kernel
                                      pack's programs (evokernel.packs); apply it last
@@ -118,11 +118,13 @@ class OpSet:
     def triton(cls, pdl: bool | None = None, tuning: DecodeTuning | None = None) -> OpSet:
         """`pdl` None: programmatic dependent launch where supported (CUDA sm_90+);
         `tuning`: launch choices of the fused decode kernels (its `pdl` is overridden)."""
-        from evokernel.ops import activation, decode, norm, rope
+        from evokernel.ops import activation, decode, embedding, norm, rope
 
         use_pdl = pdl_supported() if pdl is None else pdl
         bound = dataclasses.replace(tuning or decode.DEFAULT, pdl=use_pdl)
+        label = "triton+pdl" if use_pdl else "triton"
         ops = cls.torch().replace(
+            embed=(functools.partial(embedding.embed, pdl=use_pdl), label),
             rms_norm=(norm.rms_norm, "triton"),
             residual_add=(norm.residual_add, "triton"),
             silu_mul=(activation.silu_mul, "triton"),
@@ -131,7 +133,6 @@ class OpSet:
         for name in ("linear", "decode_attention"):
             if seed_path(name).is_file():
                 ops = ops.with_candidate(name, seed_path(name))
-        label = "triton+pdl" if use_pdl else "triton"
         return ops.replace(
             **{name: (functools.partial(getattr(decode, name), tuning=bound), label)
                for name in KERNEL_OPS}
