@@ -104,27 +104,6 @@ def test_greedy_head_orders_signs_zeros_and_repeats(dtype: torch.dtype, device: 
         assert int(tokens[0]) == want, what
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("M,inter,K", [(1, 3072, 1024), (3, 100, 256), (8, 7, 768), (2, 1, 512)])
-def test_cuda_gate_up_matches_composition_and_triton(M, inter, K, dtype) -> None:
-    from evokernel.ops import gemv_cuda
-
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the CUDA GEMVs need sm_90+")
-    g = torch.Generator().manual_seed(M + inter + K)
-    x = _randn(M, K, g=g, dtype=dtype, device="cuda", scale=3.0)
-    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to("cuda", dtype)
-    gate_up = _randn(2 * inter, K, g=g, dtype=dtype, device="cuda", scale=K**-0.5)
-    assert gemv_cuda.gate_up_applies(x, gate_up), "nvcc builds it on every sm_90 test machine"
-    got = decode.norm_gate_up_silu(
-        x, norm_w, gate_up, EPS, tuning=decode.DecodeTuning(cuda_gate_up=True)
-    )
-    triton = decode.norm_gate_up_silu(x, norm_w, gate_up, EPS)
-    assert_close(got, REF.norm_gate_up_silu(x, norm_w, gate_up, EPS), "act")
-    assert_close(got, triton, "act against Triton")
-
-
 ATTN_CASES = [
     # B, Hq, Hkv, D, S, seq_lens, split (None: automatic)
     (1, 16, 8, 128, 40, [17], None),
@@ -191,52 +170,6 @@ def test_fused_attention_matches_its_composition(
     assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
     assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
     assert _tickets_are_zero(device)  # left as found, for the next launch
-
-
-# The CUDA C++ short-context kernel's shapes (head_dim 128, 2 query heads per kv head):
-# several 16-row tiles per chunk, empty chunks, one pass (bound <= 16), chunk boundaries.
-CUDA_ATTN_CASES = [
-    # B, Hq, Hkv, S, seq_lens, split
-    (1, 16, 8, 128, [33], None),
-    (2, 16, 8, 200, [150, 9], 2),
-    (1, 4, 2, 16, [16], None),
-    (3, 4, 2, 64, [33, 1, 64], None),
-    (2, 8, 4, 256, [256, 17], 3),
-    (1, 4, 2, 256, [200], 32),  # more chunks than a cluster holds: the combine kernel
-]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cluster", [True, False])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("B,hq,hkv,S,lens,split", CUDA_ATTN_CASES)
-def test_cuda_attention_matches_composition_and_triton(
-    B, hq, hkv, S, lens, split, dtype, cluster
-) -> None:
-    from evokernel.ops import attention_cuda
-
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the CUDA attention needs sm_90+")
-    D, scale = 128, 128**-0.5
-    inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S)
-    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
-    assert attention_cuda.applies(qkv, kc, hq), "nvcc builds it on every sm_90 test machine"
-    ref_kc, ref_vc = kc.clone(), vc.clone()
-    tri_kc, tri_vc = kc.clone(), vc.clone()
-    got = decode.decode_attention_qkv(
-        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, split=split,
-        tuning=decode.DecodeTuning(cuda_short=True, cluster_merge=cluster),
-    )  # fmt: skip
-    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
-    triton = decode.decode_attention_qkv(
-        qkv, qn, kn, cos, sin, pos, tri_kc, tri_vc, seq, scale, EPS, S, split=split,
-        tuning=decode.DecodeTuning(cuda_short=False),
-    )  # fmt: skip
-    assert_close(got, want, f"CUDA attention (split {split})")
-    assert_close(got, triton, "CUDA against Triton")
-    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
-    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
-    assert_close(kc.nan_to_num(7.0), tri_kc.nan_to_num(7.0), "k_cache against Triton")
 
 
 @pytest.mark.parametrize("combine", COMBINES)

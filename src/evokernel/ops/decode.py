@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import torch
 
-from evokernel.ops import attention_cuda, gemv_cuda
 from evokernel.ops.grid import cdiv, next_pow2
 
 MAX_ROWS = 8
@@ -54,12 +53,6 @@ class DecodeTuning:
     combine_warps: int = 1  # the second kernel that merges the split's chunks
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
-    # Experiments, measured slower on an H100 (docs/perf-log.md), off:
-    # bounds <= short_max: the CUDA C++ fused attention where it applies (ops/attention_cuda.py)
-    cuda_short: bool = False
-    cluster_merge: bool = True  # the CUDA attention merges its chunks in a cluster (no combine)
-    # gate_up as the CUDA C++ kernel with its weights in shared memory where it applies
-    cuda_gate_up: bool = False
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
@@ -189,8 +182,6 @@ def norm_gate_up_silu(
     M = _check_rows(x, K)
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and gate_up.stride(1) == 1
     assert x.dtype == gate_up.dtype == norm_weight.dtype, (x.dtype, gate_up.dtype)
-    if tuning.cuda_gate_up and gemv_cuda.gate_up_applies(x, gate_up):
-        return gemv_cuda.norm_gate_up(x, norm_weight, gate_up, eps, tuning.pdl)
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     block_n = gemv_block_n(inter, K, gate_up.element_size(), x.device, tuning, tiles=2)
@@ -307,7 +298,7 @@ def _attention(
     hq, stride_qb, stride_qh, *, fused: bool, tuning: DecodeTuning, split: int | None,
 ) -> torch.Tensor:  # fmt: skip
     """`split` None: `attention_split` of the bound; a number forces the chunk count."""
-    from evokernel.kernels.attention import attention_combine_kernel
+    from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
 
     B = seq_lens.shape[0]
     cache_b, hkv, S, D = k_cache.shape
@@ -316,49 +307,18 @@ def _attention(
     assert k_cache.stride(3) == 1 and v_cache.stride(3) == 1, "cache rows must be contiguous"
     assert k_cache.dtype == v_cache.dtype == q.dtype, (k_cache.dtype, q.dtype)
     assert seq_lens.shape == (B,) and seq_lens.dtype == torch.int32
+    group = hq // hkv
     bound = min(max_len, S)
     if split is None:
         split = attention_split(bound, B * hkv, q.device, tuning)
     out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
     ticket = split > 1 and tuning.ticket_combine
-    cuda = (
-        fused and not ticket and tuning.cuda_short and bound <= tuning.short_max
-        and attention_cuda.applies(q, k_cache, hq)
-    )  # fmt: skip
-    cluster = cuda and 1 < split <= attention_cuda.MAX_CLUSTER and tuning.cluster_merge
-    if split == 1 or cluster:
+    mma = tuning.attention_mma(bound)
+    if split == 1:
         part = lse = out
     else:
         part = torch.empty((B * hq, split, D), device=q.device, dtype=torch.float32)
         lse = torch.empty((B * hq, split), device=q.device, dtype=torch.float32)
-    if cuda:
-        attention_cuda.launch(q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
-                              seq_lens, scale, eps, out, part, lse, split, tuning.pdl,
-                              cluster)  # fmt: skip
-    else:
-        _attention_triton(q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens,
-                          scale, eps, hq, stride_qb, stride_qh, out, part, lse, split, bound,
-                          fused, ticket, tuning)  # fmt: skip
-    if split > 1 and not ticket and not cluster:
-        attention_combine_kernel[(B * hq,)](
-            part, lse, out, hq, split, out.stride(0), out.stride(1),
-            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=tuning.combine_warps,
-            launch_pdl=tuning.pdl,
-        )  # fmt: skip
-    return out.view(B, hq * D)
-
-
-def _attention_triton(
-    q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, hq,
-    stride_qb, stride_qh, out, part, lse, split, bound, fused, ticket, tuning,
-) -> None:  # fmt: skip
-    """kernels/attention.py's kernel over the arguments `_attention` prepared."""
-    from evokernel.kernels.attention import attention_kernel
-
-    B = seq_lens.shape[0]
-    hkv, S, D = k_cache.shape[1:]
-    group = hq // hkv
-    mma = tuning.attention_mma(bound)
     tickets = attention_tickets(q.device, B * hkv) if ticket else lse
     attention_kernel[(B * hkv, split)](
         q, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out, part, lse,
@@ -371,6 +331,13 @@ def _attention_triton(
         IEEE=q.dtype == torch.float32, MMA=mma, PDL=tuning.pdl,
         num_warps=tuning.attention_warps(bound), launch_pdl=tuning.pdl,
     )  # fmt: skip
+    if split > 1 and not ticket:
+        attention_combine_kernel[(B * hq,)](
+            part, lse, out, hq, split, out.stride(0), out.stride(1),
+            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=tuning.combine_warps,
+            launch_pdl=tuning.pdl,
+        )  # fmt: skip
+    return out.view(B, hq * D)
 
 
 def _head(
