@@ -114,14 +114,20 @@ ATTN_CASES = [
     (2, 4, 2, 32, 200, [64, 65], 4),  # one chunk exactly (written directly), then two
 ]
 # How split chunks are merged: in the attention launch (tickets) or by a second kernel.
+# All of them the Triton kernels: on a GPU the default takes the CUDA one-pass kernel for
+# bounds <= 256 (tested apart, below).
 COMBINES = {
-    "ticket": decode.DecodeTuning(ticket_combine=True),
-    "kernel": decode.DecodeTuning(),
+    "ticket": decode.DecodeTuning(ticket_combine=True, cuda_direct=False),
+    "kernel": decode.DecodeTuning(cuda_direct=False),
     # 64-row tiles throughout, one program per kv head up to 256 positions (several tiles)
-    "wide-tiles": decode.DecodeTuning(short_block_n=0, direct_max=256, min_chunk=64),
-    "short-1warp": decode.DecodeTuning(short_block_n=16, short_warps=1, short_max=512),
+    "wide-tiles": decode.DecodeTuning(
+        short_block_n=0, direct_max=256, min_chunk=64, cuda_direct=False
+    ),
+    "short-1warp": decode.DecodeTuning(
+        short_block_n=16, short_warps=1, short_max=512, cuda_direct=False
+    ),
     # the default runs the first bucket's products on the CUDA cores; these on tensor cores
-    "short-mma": decode.DecodeTuning(short_mma=True, short_max=512),
+    "short-mma": decode.DecodeTuning(short_mma=True, short_max=512, cuda_direct=False),
 }
 
 
@@ -170,6 +176,45 @@ def test_fused_attention_matches_its_composition(
     assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
     assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
     assert _tickets_are_zero(device)  # left as found, for the next launch
+
+
+# The CUDA C++ one-pass kernel's shapes (head_dim 128, 2 query heads per kv head, bounds up
+# to 256): warps with no live row, the new row in any warp's rows, sequences of one row.
+CUDA_DIRECT_CASES = [
+    # B, Hq, Hkv, S, seq_lens
+    (1, 16, 8, 128, [33]),
+    (2, 16, 8, 256, [256, 1]),
+    (3, 4, 2, 40, [17, 40, 1]),
+    (1, 4, 2, 16, [16]),
+    (2, 8, 4, 200, [150, 9]),
+    (2, 4, 2, 48, [48, 2]),  # 3 warps: fewer threads than the 128 output items
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B,hq,hkv,S,lens", CUDA_DIRECT_CASES)
+def test_cuda_attention_matches_composition_and_triton(B, hq, hkv, S, lens, dtype) -> None:
+    from evokernel.ops import attention_cuda
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the CUDA attention needs sm_90+")
+    D, scale = 128, 128**-0.5
+    inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S)
+    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    assert attention_cuda.applies(qkv, kc, hq, S), "nvcc builds it on every sm_90 test machine"
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    tri_kc, tri_vc = kc.clone(), vc.clone()
+    got = decode.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S)
+    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
+    triton = decode.decode_attention_qkv(
+        qkv, qn, kn, cos, sin, pos, tri_kc, tri_vc, seq, scale, EPS, S,
+        tuning=decode.DecodeTuning(cuda_direct=False),
+    )  # fmt: skip
+    assert_close(got, want, "CUDA attention")
+    assert_close(got, triton, "CUDA against Triton")
+    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
+    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
 
 
 @pytest.mark.parametrize("combine", COMBINES)

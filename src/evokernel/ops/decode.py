@@ -6,6 +6,12 @@ plus a keyword `tuning` (a `DecodeTuning`; the OpSet binds it): launch sizes and
 programmatic dependent launch (CUDA sm_90+ only). Rows per call: up to `MAX_ROWS` (decode
 batch); the engine's prefill keeps the unfused ops.
 
+Attention with the q/k prep fused (`decode_attention_qkv`), bounded by <= 256 positions, runs
+as the CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
+head_dim 128, 2 query heads per kv head, bf16/fp16, sm_90+, nvcc present): one program per
+(sequence, kv head), its warps each on 16 cache rows, merged in shared memory, so no second
+launch; elsewhere, and for a forced `split`, the Triton kernels below.
+
 Launch sizes: a GEMV program owns BLOCK_N weight rows and the whole K, about
 `tuning.tile_bytes` of weights (in registers, loaded before the PDL wait), with BLOCK_N lowered
 until there are at least as many programs as SMs. Attention splits the context into chunks
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from evokernel.ops import attention_cuda
 from evokernel.ops.grid import cdiv, next_pow2
 
 MAX_ROWS = 8
@@ -53,6 +60,9 @@ class DecodeTuning:
     combine_warps: int = 1  # the second kernel that merges the split's chunks
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
+    # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
+    # applies (ops/attention_cuda.py: a warp per 16 cache rows, no split, no combine launch)
+    cuda_direct: bool = True
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
@@ -309,9 +319,16 @@ def _attention(
     assert seq_lens.shape == (B,) and seq_lens.dtype == torch.int32
     group = hq // hkv
     bound = min(max_len, S)
+    out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
+    if (
+        fused and split is None and tuning.cuda_direct
+        and attention_cuda.applies(q, k_cache, hq, bound)
+    ):  # fmt: skip
+        attention_cuda.launch(q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
+                              seq_lens, scale, eps, out, bound, tuning.pdl)  # fmt: skip
+        return out.view(B, hq * D)
     if split is None:
         split = attention_split(bound, B * hkv, q.device, tuning)
-    out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
     ticket = split > 1 and tuning.ticket_combine
     mma = tuning.attention_mma(bound)
     if split == 1:

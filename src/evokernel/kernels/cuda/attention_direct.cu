@@ -1,0 +1,319 @@
+// GQA decode attention for short contexts in one pass, one CTA per (sequence, kv head), with
+// the new token's q/k RMSNorm, RoPE and cache append fused (the CUDA C++ counterpart of
+// kernels/attention.py's FUSED, DIRECT, CUDA-core path, for head_dim 128 and 2 query heads per
+// kv head). No split, so no second launch to merge chunks.
+//
+// Grid (B * Hkv), 32 * W threads, W = cdiv(bound, 16) <= 16 warps. Warp w owns cache rows
+// 16w .. 16w+15 of [0, seq_lens[b]) and both query heads 2j, 2j+1; its online-softmax state
+// (max, sum, accumulator per head, float32, base 2) is merged with the other warps' once,
+// through shared memory (one block barrier), and the CTA writes out[b, h, :] in the dtype.
+// Lane l owns dims 2l, 2l+1 of each head's low half and 64+2l, 64+2l+1 of its high half, so
+// RoPE's pairs (i, i+64) sit in one lane and every vector access is coalesced.
+//
+// Before the PDL wait (griddepcontrol): seq_len, the position, its cos/sin, the norm weights
+// and the warp's 16 K and V rows (written by earlier steps). After it: the new token's q, k, v
+// (every warp loads and normalises them itself, in parallel); the per-head RMSNorm then RoPE,
+// rounded as transformers rounds; the append of k, v at the position by the warp whose rows
+// hold it, which also counts the new row from registers; the warp's 32 partial dot products
+// a lane (16 rows x 2 heads) reduce-scattered over the warp (31 shuffles), so lane 16g + r
+// holds the score of head g, row r; rows at or past seq_len or at the position skipped; the
+// probabilities rounded to the dtype for the value product. Positions at or past seq_lens[b]
+// are never read.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int D = 128;
+constexpr int HALF = 64;
+constexpr int ROWS = 16;       // rows per warp
+constexpr int MAX_WARPS = 16;  // bounds up to 256 positions
+constexpr int GROUP = 2;
+constexpr unsigned FULL = 0xffffffffu;
+
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+  using V = __nv_bfloat162;
+  static __device__ __forceinline__ float2 f2(V v) { return __bfloat1622float2(v); }
+  static __device__ __forceinline__ V v2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ float rnd(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+  }
+};
+template <> struct Pair<__half> {
+  using V = __half2;
+  static __device__ __forceinline__ float2 f2(V v) { return __half22float2(v); }
+  static __device__ __forceinline__ V v2(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ float rnd(float x) { return __half2float(__float2half_rn(x)); }
+};
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
+  return x;
+}
+
+// A head's 4 values in this lane: lo = dims (2l, 2l+1), hi = dims (64+2l, 64+2l+1).
+struct Quad {
+  float2 lo, hi;
+};
+
+template <typename T>
+__device__ __forceinline__ Quad load_quad(const T* row, int lane) {
+  using P = Pair<T>;
+  const auto* p = reinterpret_cast<const typename P::V*>(row);
+  Quad q;
+  q.lo = P::f2(p[lane]);
+  q.hi = P::f2(p[HALF / 2 + lane]);
+  return q;
+}
+
+// RMSNorm over the head (a warp reduction), then RoPE; every step rounded to T as
+// transformers rounds it. w: the norm weight, c/s: cos/sin already rounded to T.
+template <typename T>
+__device__ __forceinline__ Quad norm_rope(Quad x, Quad w, float2 c, float2 s, float eps) {
+  using P = Pair<T>;
+  float ss = x.lo.x * x.lo.x + x.lo.y * x.lo.y + x.hi.x * x.hi.x + x.hi.y * x.hi.y;
+  float rstd = rsqrtf(warp_sum(ss) / D + eps);
+  auto y = [&](float v, float wv) { return P::rnd(P::rnd(v * rstd) * wv); };
+  float y1a = y(x.lo.x, w.lo.x), y1b = y(x.lo.y, w.lo.y);
+  float y2a = y(x.hi.x, w.hi.x), y2b = y(x.hi.y, w.hi.y);
+  Quad o;
+  o.lo.x = P::rnd(P::rnd(y1a * c.x) + P::rnd(-y2a * s.x));
+  o.lo.y = P::rnd(P::rnd(y1b * c.y) + P::rnd(-y2b * s.y));
+  o.hi.x = P::rnd(P::rnd(y2a * c.x) + P::rnd(y1a * s.x));
+  o.hi.y = P::rnd(P::rnd(y2b * c.y) + P::rnd(y1b * s.y));
+  return o;
+}
+
+__device__ __forceinline__ float dot4(Quad a, float2 lo, float2 hi) {
+  return a.lo.x * lo.x + a.lo.y * lo.y + a.hi.x * hi.x + a.hi.y * hi.y;
+}
+
+template <typename T>
+struct Tile {  // a warp's 16 cache rows of one kv head, this lane's 4 dims of each, raw
+  typename Pair<T>::V k_lo[ROWS], k_hi[ROWS], v_lo[ROWS], v_hi[ROWS];
+};
+
+template <int N>
+__device__ __forceinline__ void reduce_scatter(float* v, int lane) {
+  const bool upper = lane & (N / 2);
+#pragma unroll
+  for (int k = 0; k < N / 2; k++) {
+    float send = upper ? v[k] : v[k + N / 2];
+    float keep = upper ? v[k + N / 2] : v[k];
+    v[k] = keep + __shfl_xor_sync(FULL, send, N / 2);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
+    const T* __restrict__ qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, const int* pos_ptr,
+    const int* seq_lens, T* k_cache, T* v_cache, T* out, float scale, float eps, int hkv, int S,
+    int P, int64_t stride_qb, int64_t stride_kb, int64_t stride_kh, int64_t stride_ks,
+    int64_t stride_vb, int64_t stride_vh, int64_t stride_vs, int64_t stride_ob,
+    int64_t stride_oh) {
+  using PT = Pair<T>;
+  using V = typename PT::V;
+  __shared__ float sm_m[MAX_WARPS][GROUP], sm_l[MAX_WARPS][GROUP];
+  __shared__ __align__(16) float sm_acc[MAX_WARPS][GROUP][D];
+  __shared__ __align__(16) float sp[MAX_WARPS][GROUP * ROWS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int b = blockIdx.x / hkv, j = blockIdx.x % hkv;
+  const int hq = hkv * GROUP;
+
+  const int seq_len = seq_lens[b];  // stable: set before this step began
+  const int row0 = warp * ROWS;
+  const T* k_base = k_cache + (int64_t)b * stride_kb + (int64_t)j * stride_kh;
+  const T* v_base = v_cache + (int64_t)b * stride_vb + (int64_t)j * stride_vh;
+  Tile<T> t;
+  const V zero = PT::v2(0.f, 0.f);
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) {
+    const bool live = row0 + r < seq_len;
+    const V* k = reinterpret_cast<const V*>(k_base + (int64_t)(row0 + r) * stride_ks);
+    const V* v = reinterpret_cast<const V*>(v_base + (int64_t)(row0 + r) * stride_vs);
+    t.k_lo[r] = live ? __ldcs(k + lane) : zero;
+    t.k_hi[r] = live ? __ldcs(k + HALF / 2 + lane) : zero;
+    t.v_lo[r] = live ? __ldcs(v + lane) : zero;
+    t.v_hi[r] = live ? __ldcs(v + HALF / 2 + lane) : zero;
+  }
+  const int pos = pos_ptr[b];
+  const bool in_table = pos >= 0 && pos < P;
+  float2 c = make_float2(0.f, 0.f), sn = make_float2(0.f, 0.f);
+  if (in_table) {
+    c = reinterpret_cast<const float2*>(cos_t + (int64_t)pos * HALF)[lane];
+    sn = reinterpret_cast<const float2*>(sin_t + (int64_t)pos * HALF)[lane];
+  }
+  c = make_float2(PT::rnd(c.x), PT::rnd(c.y));
+  sn = make_float2(PT::rnd(sn.x), PT::rnd(sn.y));
+  const Quad qw = load_quad(q_norm, lane), kw = load_quad(k_norm, lane);
+
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  float m_run[GROUP] = {-INFINITY, -INFINITY}, l_run[GROUP] = {0.f, 0.f};
+  Quad acc[GROUP];
+#pragma unroll
+  for (int g = 0; g < GROUP; g++) {
+    acc[g].lo = make_float2(0.f, 0.f);
+    acc[g].hi = make_float2(0.f, 0.f);
+  }
+  if (row0 < seq_len) {  // a warp with no live row only joins the merge
+    const T* row_b = qkv + (int64_t)b * stride_qb;
+    Quad q[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) q[g] = load_quad(row_b + (j * GROUP + g) * D, lane);
+    Quad kn = load_quad(row_b + (hq + j) * D, lane);
+    const Quad vn = load_quad(row_b + (hq + hkv + j) * D, lane);
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) q[g] = norm_rope<T>(q[g], qw, c, sn, eps);
+    kn = norm_rope<T>(kn, kw, c, sn, eps);
+    const float qk_scale = scale * 1.4426950408889634f;
+    const bool mine = row0 <= pos && pos < row0 + ROWS;  // this warp's rows hold the new one
+    if (mine && pos < S && in_table) {
+      auto* kd = reinterpret_cast<V*>(k_cache + (int64_t)b * stride_kb + (int64_t)j * stride_kh +
+                                      (int64_t)pos * stride_ks);
+      auto* vd = reinterpret_cast<V*>(v_cache + (int64_t)b * stride_vb + (int64_t)j * stride_vh +
+                                      (int64_t)pos * stride_vs);
+      kd[lane] = PT::v2(kn.lo.x, kn.lo.y);
+      kd[HALF / 2 + lane] = PT::v2(kn.hi.x, kn.hi.y);
+      vd[lane] = PT::v2(vn.lo.x, vn.lo.y);
+      vd[HALF / 2 + lane] = PT::v2(vn.hi.x, vn.hi.y);
+    }
+    float s_new[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) s_new[g] = warp_sum(dot4(q[g], kn.lo, kn.hi)) * qk_scale;
+
+    float v[GROUP * ROWS];  // partial scores, index g * 16 + r
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+      const float2 klo = PT::f2(t.k_lo[r]), khi = PT::f2(t.k_hi[r]);
+#pragma unroll
+      for (int g = 0; g < GROUP; g++) v[g * ROWS + r] = dot4(q[g], klo, khi);
+    }
+    reduce_scatter<32>(v, lane);  // lane 16g + r: head g, row r
+    reduce_scatter<16>(v, lane);
+    reduce_scatter<8>(v, lane);
+    reduce_scatter<4>(v, lane);
+    reduce_scatter<2>(v, lane);
+    const int g_mine = lane >> 4, row = row0 + (lane & 15);
+    const float score = (row < seq_len && row != pos) ? v[0] * qk_scale : -INFINITY;
+    float mt = score;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
+    const float m_other = __shfl_xor_sync(FULL, mt, 16);
+    float m_tile[GROUP] = {g_mine == 0 ? mt : m_other, g_mine == 0 ? m_other : mt};
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) m_run[g] = mine ? fmaxf(m_tile[g], s_new[g]) : m_tile[g];
+    // m_run is finite: the warp has a live row, or holds the new one (its first row is pos).
+    const float p = ex2(score - m_run[g_mine]);
+    float lt = p;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(FULL, lt, off);
+    const float l_other = __shfl_xor_sync(FULL, lt, 16);
+    const float l_tile[GROUP] = {g_mine == 0 ? lt : l_other, g_mine == 0 ? l_other : lt};
+    sp[warp][lane] = PT::rnd(p);  // in the dtype, for the value product
+    __syncwarp();
+    float pr[GROUP * ROWS];
+#pragma unroll
+    for (int i = 0; i < GROUP * ROWS; i += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(&sp[warp][i]);
+      pr[i] = f.x;
+      pr[i + 1] = f.y;
+      pr[i + 2] = f.z;
+      pr[i + 3] = f.w;
+    }
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+      const float fn = mine ? ex2(s_new[g] - m_run[g]) : 0.f;  // the new row's weight
+      l_run[g] = l_tile[g] + fn;
+      Quad a;
+      a.lo = make_float2(vn.lo.x * fn, vn.lo.y * fn);
+      a.hi = make_float2(vn.hi.x * fn, vn.hi.y * fn);
+#pragma unroll
+      for (int r = 0; r < ROWS; r++) {
+        const float2 vlo = PT::f2(t.v_lo[r]), vhi = PT::f2(t.v_hi[r]);
+        const float w = pr[g * ROWS + r];
+        a.lo.x += w * vlo.x;
+        a.lo.y += w * vlo.y;
+        a.hi.x += w * vhi.x;
+        a.hi.y += w * vhi.y;
+      }
+      acc[g] = a;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GROUP; g++) {
+    *reinterpret_cast<float2*>(&sm_acc[warp][g][2 * lane]) = acc[g].lo;
+    *reinterpret_cast<float2*>(&sm_acc[warp][g][HALF + 2 * lane]) = acc[g].hi;
+    if (lane == 0) {
+      sm_m[warp][g] = m_run[g];
+      sm_l[warp][g] = l_run[g];
+    }
+  }
+  __syncthreads();
+  // Item i < 128 (threads stride over them: a CTA may have 32 threads) finishes dims 2u,
+  // 2u+1 (u = i % 64) of head i / 64.
+  for (int i = threadIdx.x; i < GROUP * HALF; i += blockDim.x) {
+    const int g = i / HALF, u = i % HALF;
+    float m = -INFINITY;
+    for (int w = 0; w < warps; w++) m = fmaxf(m, sm_m[w][g]);
+    float l = 0.f;
+    float2 o = make_float2(0.f, 0.f);
+    for (int w = 0; w < warps; w++) {
+      if (sm_m[w][g] == -INFINITY) continue;
+      const float f = ex2(sm_m[w][g] - m);
+      const float2 a = *reinterpret_cast<const float2*>(&sm_acc[w][g][2 * u]);
+      l += sm_l[w][g] * f;
+      o.x += a.x * f;
+      o.y += a.y * f;
+    }
+    const float inv = __frcp_rn(l);  // warp 0 always has a live row
+    auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
+    dst[u] = PT::v2(o.x * inv, o.y * inv);
+  }
+}
+
+}  // namespace
+
+// ptrs: qkv, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out;
+// floats: scale, eps; ints: warps (cdiv(bound, 16), <= 16), hkv, S, P, B, device;
+// strides: qb, kb, kh, ks, vb, vh, vs, ob, oh. dtype 0 bfloat16, 1 float16.
+// Returns a cudaError_t (0: launched).
+extern "C" int evk_attention_direct(int dtype, int pdl, void** a, const float* f, const int* n,
+                                    const int64_t* st, void* stream) {
+  if (n[0] < 1 || n[0] > MAX_WARPS) return (int)cudaErrorInvalidValue;
+  cudaError_t err = cudaSetDevice(n[5]);
+  if (err != cudaSuccess) return (int)err;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(n[4] * n[1]);
+  cfg.blockDim = dim3(32 * n[0]);
+  cfg.stream = (cudaStream_t)stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+#define EVK_ARGS(T)                                                                        \
+  (const T*)a[0], (const T*)a[1], (const T*)a[2], (const float*)a[3], (const float*)a[4], \
+      (const int*)a[5], (const int*)a[6], (T*)a[7], (T*)a[8], (T*)a[9], f[0], f[1], n[1],  \
+      n[2], n[3], st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8]
+  if (dtype == 0)
+    return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__nv_bfloat16>,
+                                   EVK_ARGS(__nv_bfloat16));
+  return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__half>, EVK_ARGS(__half));
+#undef EVK_ARGS
+}
+
+extern "C" const char* evk_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
