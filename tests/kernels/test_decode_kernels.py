@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from kernel_checks import DTYPES, assert_close
 
+from evokernel.kernels.gemv import argmax_key
 from evokernel.ops import decode, rope
 from evokernel.ops.registry import OpSet
 
@@ -82,6 +85,32 @@ def test_greedy_head_ties_go_to_the_lowest_id(tile_bytes: int, device: str) -> N
     assert not keys.any()  # left zero for the next head
 
 
+@triton.jit
+def _argmax_keys_kernel(value_ptr, index_ptr, key_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    key = argmax_key(tl.load(value_ptr + offs), tl.load(index_ptr + offs))
+    tl.store(key_ptr + offs, key)
+
+
+def test_argmax_keys_order_values_then_lower_ids(device: str) -> None:
+    # What greedy_head's atomic max compares: the value, then the lower id; -0 equals +0.
+    inf = float("inf")
+    values = [-inf, -3.5, -1e-30, -0.0, 0.0, 1e-30, 2.0, inf, 2.0, 2.0]
+    index = [7, 7, 7, 7, 7, 7, 7, 7, 3, 0]
+    pad = 16 - len(values)
+    out = torch.zeros(16, dtype=torch.int64, device=device)
+    _argmax_keys_kernel[(1,)](
+        torch.tensor(values + [0.0] * pad, device=device),
+        torch.tensor(index + [0] * pad, dtype=torch.int32, device=device), out, N=16,
+    )  # fmt: skip
+    keys = out[: len(values)].tolist()
+    assert keys[3] == keys[4]  # -0 and +0 are equal logits
+    ordered = keys[:3] + keys[4:8]
+    assert ordered == sorted(ordered) and len(set(ordered)) == len(ordered)
+    assert keys[6] < keys[8] < keys[9] < keys[7]  # 2.0 at ids 7, 3, 0, then +inf
+    assert min(keys) > 0  # above the zeroed buffer
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_greedy_head_orders_signs_zeros_and_repeats(dtype: torch.dtype, device: str) -> None:
     # Logits of both signs, -0 against +0, infinities; every call a fresh argmax (the keys
@@ -95,7 +124,8 @@ def test_greedy_head_orders_signs_zeros_and_repeats(dtype: torch.dtype, device: 
         "all negative": (-torch.arange(1, V + 1).float() / V, 0),
         "-0 before +0": (torch.cat([-torch.ones(4), torch.tensor([-0.0, 0.0])]), 4),
         "inf at the end": (torch.cat([torch.zeros(V - 1), torch.tensor([float("inf")])]), V - 1),
-        "lower best later": (torch.cat([torch.full((V - 1,), -5.0), torch.tensor([-2.0])]), V - 1),
+        # after the +inf key of the case before: a key left behind would win
+        "lower best later": (torch.tensor([-5.0, -2.0] + [-5.0] * (V - 2)), 1),
         "one row": (torch.tensor([-7.0]), 0),
     }
     for what, (logits, want) in cases.items():
