@@ -35,7 +35,12 @@ from typing import Any
 
 import torch
 
-# Variants of the Triton attention at bounds <= 256 turn the CUDA one-pass kernel off.
+
+def _triton_short(overrides: dict[str, Any]) -> dict[str, Any]:
+    """A variant of the Triton attention at bounds <= 256: the CUDA one-pass kernel off."""
+    return {**overrides, "cuda_direct": False}
+
+
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "no-pdl": {"pdl": False},
@@ -45,29 +50,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "attn-n32": {"attn_block_n": 32},
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
     # The first bucket (bounds <= 256): other tiles and warps, one-tile chunks throughout.
-    "short-n32": {"short_block_n": 32, "direct_max": 32, "min_chunk": 32, "cuda_direct": False},
-    "short-n64": {"short_block_n": 0, "direct_max": 64, "min_chunk": 64, "cuda_direct": False},
-    "short-w1": {"short_warps": 1, "cuda_direct": False},
+    "short-n32": _triton_short({"short_block_n": 32, "direct_max": 32, "min_chunk": 32}),
+    "short-n64": _triton_short({"short_block_n": 0, "direct_max": 64, "min_chunk": 64}),
+    "short-w1": _triton_short({"short_warps": 1}),
     # One program per kv head up to 256 positions in 64-row tiles (the engine until 2026-11-23).
-    "direct256": {"short_block_n": 0, "direct_max": 256, "min_chunk": 64, "cuda_direct": False},
+    "direct256": _triton_short({"short_block_n": 0, "direct_max": 256, "min_chunk": 64}),
     # One program per kv head up to 256 positions in 16- or 32-row tiles.
-    "direct256-n16": {"short_block_n": 16, "direct_max": 256, "cuda_direct": False},
-    "direct256-n32": {"short_block_n": 32, "direct_max": 256, "cuda_direct": False},
-    "short-w2": {"short_warps": 2, "cuda_direct": False},
+    "direct256-n16": _triton_short({"short_block_n": 16, "direct_max": 256}),
+    "direct256-n32": _triton_short({"short_block_n": 32, "direct_max": 256}),
+    "short-w2": _triton_short({"short_warps": 2}),
     # The first bucket's attention products on the CUDA cores (no 16-row padding).
-    "short-cuda": {"short_mma": False, "cuda_direct": False},
-    "short-cuda-w1": {"short_mma": False, "short_warps": 1, "cuda_direct": False},
-    "short-cuda-1k": {"short_mma": False, "short_max": 1024, "cuda_direct": False},
-    "short-cuda-4k": {"short_mma": False, "short_max": 4096, "cuda_direct": False},
-    "combine-w2": {"combine_warps": 2, "cuda_direct": False},
-    "combine-w4": {"combine_warps": 4, "cuda_direct": False},
-    "chunk64": {"min_chunk": 64, "cuda_direct": False},
-    "chunk128": {"min_chunk": 128, "cuda_direct": False},
-    "attn-4sm": {"attn_programs_per_sm": 4, "cuda_direct": False},
+    "short-cuda": _triton_short({"short_mma": False}),
+    "short-cuda-w1": _triton_short({"short_mma": False, "short_warps": 1}),
+    "short-cuda-1k": _triton_short({"short_mma": False, "short_max": 1024}),
+    "short-cuda-4k": _triton_short({"short_mma": False, "short_max": 4096}),
+    "combine-w2": _triton_short({"combine_warps": 2}),
+    "combine-w4": _triton_short({"combine_warps": 4}),
+    "chunk64": _triton_short({"min_chunk": 64}),
+    "chunk128": _triton_short({"min_chunk": 128}),
+    "attn-4sm": _triton_short({"attn_programs_per_sm": 4}),
     # The split merged inside the attention launch by its last program (tickets).
-    "tickets": {"ticket_combine": True, "cuda_direct": False},
+    "tickets": _triton_short({"ticket_combine": True}),
     # The first buckets' fused attention in Triton (split + combine), not the CUDA kernel.
-    "triton-short": {"cuda_direct": False},
+    "triton-short": _triton_short({}),
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 

@@ -21,6 +21,7 @@ launch to merge them (docs/perf-log.md).
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -32,12 +33,13 @@ GROUP = 2
 ROWS_PER_WARP = 16
 MAX_BOUND = 256  # 16 warps
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
-_TYPED: set[int] = set()
 
 
+@functools.cache
 def library(device: torch.device) -> ctypes.CDLL | None:
+    """The built library with its launcher's C signature declared, or None (once per device)."""
     lib = cuda_build.cuda_library(NAME, device)
-    if lib is not None and id(lib) not in _TYPED:
+    if lib is not None:
         fn = lib.evk_attention_direct
         fn.argtypes = [
             ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
@@ -47,7 +49,6 @@ def library(device: torch.device) -> ctypes.CDLL | None:
         fn.restype = ctypes.c_int
         lib.evk_error_string.argtypes = [ctypes.c_int]
         lib.evk_error_string.restype = ctypes.c_char_p
-        _TYPED.add(id(lib))
     return lib
 
 

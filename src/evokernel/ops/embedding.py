@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from evokernel.ops.grid import next_pow2
+from evokernel.ops.grid import next_pow2, row_warps
 
 
 def embed(weight: torch.Tensor, ids: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
@@ -26,6 +26,6 @@ def embed(weight: torch.Tensor, ids: torch.Tensor, *, pdl: bool = False) -> torc
         block = next_pow2(H)
         embed_kernel[(flat.shape[0],)](
             flat, weight, out, V, H, weight.stride(0), out.stride(0),
-            BLOCK_H=block, PDL=pdl, num_warps=min(max(block // 256, 1), 8), launch_pdl=pdl,
+            BLOCK_H=block, PDL=pdl, num_warps=row_warps(block), launch_pdl=pdl,
         )  # fmt: skip
     return out.view(*ids.shape, H)

@@ -15,3 +15,8 @@ def next_pow2(n: int) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def row_warps(block: int) -> int:
+    """Warps for a program that holds one row of `block` elements: 1 per 256, 1 to 8."""
+    return min(max(block // 256, 1), 8)

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from evokernel.ops.grid import next_pow2
-
-
-def _num_warps(block: int) -> int:
-    return min(max(block // 256, 1), 8)
+from evokernel.ops.grid import next_pow2, row_warps
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor) -> int:
@@ -33,7 +29,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     block = next_pow2(H)
     rms_norm_kernel[(rows.shape[0],)](
         rows, weight, out, rows.stride(0), out.stride(0), H, eps,
-        BLOCK_H=block, num_warps=_num_warps(block),
+        BLOCK_H=block, num_warps=row_warps(block),
     )  # fmt: skip
     return out.view(x.shape)
 
@@ -54,6 +50,6 @@ def residual_add(
     add_rms_norm_kernel[(xs.shape[0],)](
         xs, rs, weight, total, normed,
         xs.stride(0), rs.stride(0), total.stride(0), normed.stride(0), H, eps,
-        BLOCK_H=block, num_warps=_num_warps(block),
+        BLOCK_H=block, num_warps=row_warps(block),
     )  # fmt: skip
     return total.view(x.shape), normed.view(x.shape)
