@@ -2,7 +2,7 @@
 for the kernels that get it there.
 
 Data flow (one folder per stage):
-  model/     HF checkpoint dir -> Qwen3Config + device weights
+  model/     HF checkpoint dir -> ModelConfig + device weights
   engine/    weights -> static KV cache, Qwen3 step, sampling, generate, verify vs transformers
   ops/       op name -> implementation (torch reference, Triton launcher, evolved candidate)
   kernels/   @triton.jit bodies only

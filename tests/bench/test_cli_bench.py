@@ -23,7 +23,7 @@ from evokernel.bench import decode
 from evokernel.bench.floor import kv_bytes_per_token, weight_bytes
 from evokernel.bench.results import validate
 from evokernel.cli import main
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def test_figures_follow_from_the_step_times_and_the_floor(
     smoke: dict[str, Any], tiny_ckpt: Path
 ) -> None:
     doc = smoke["doc"]
-    cfg = Qwen3Config.from_dir(tiny_ckpt)
+    cfg = ModelConfig.from_dir(tiny_ckpt)
     model, copy_gbps = doc["model"], doc["env"]["copy_gbps"]
     assert model["dtype"] == "float32"
     assert model["weight_bytes"] == weight_bytes(cfg, 4)

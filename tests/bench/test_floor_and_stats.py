@@ -7,12 +7,12 @@ import pytest
 from evokernel.bench.floor import floor_ms, kv_bytes_per_token, weight_bytes
 from evokernel.bench.stepping import iqr_outliers, percentile
 from evokernel.bench.systems.base import right_sized
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
 
 
-def _cfg(preset: str, **changes) -> Qwen3Config:
-    return Qwen3Config(**(PRESETS[preset] | changes))
+def _cfg(preset: str, **changes) -> ModelConfig:
+    return ModelConfig(**(PRESETS[preset] | changes))
 
 
 def test_qwen3_06b_bytes_match_the_published_floor() -> None:

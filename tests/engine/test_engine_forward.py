@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from evokernel.engine.loading import load_engine
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 
 PROMPT = [17, 300, 5, 99, 258, 42, 7, 511, 64]
 
 
-def _prefill(model: Qwen3Model, prompts: list[list[int]], S: int):
+def _prefill(model: DecoderModel, prompts: list[list[int]], S: int):
     B, T = len(prompts), max(map(len, prompts))
     ids = torch.zeros(B, T, dtype=torch.int64)
     for b, p in enumerate(prompts):
@@ -47,11 +47,11 @@ INTERPRETER_ONLY = "Triton kernels on CPU tensors need the interpreter (CPU-only
         ),
     ],
 )
-def model(request: pytest.FixtureRequest, tiny_fp32: Path) -> Qwen3Model:
+def model(request: pytest.FixtureRequest, tiny_fp32: Path) -> DecoderModel:
     return load_engine(tiny_fp32, "cpu", torch.float32, request.param)
 
 
-def test_incremental_decode_reproduces_prefill(model: Qwen3Model) -> None:
+def test_incremental_decode_reproduces_prefill(model: DecoderModel) -> None:
     T, S = len(PROMPT), 16
     with torch.inference_mode():
         full_logits, full_cache = _prefill(model, [PROMPT], S)
@@ -64,7 +64,7 @@ def test_incremental_decode_reproduces_prefill(model: Qwen3Model) -> None:
         _close(cache.v[i][:, :, :T], full_cache.v[i][:, :, :T], f"layer {i} V")
 
 
-def test_batch_equals_each_sequence_alone(model: Qwen3Model) -> None:
+def test_batch_equals_each_sequence_alone(model: DecoderModel) -> None:
     prompts = [PROMPT[:5], PROMPT, PROMPT[3:5]]
     steps = [[3, 8, 100], [1, 2, 3], [511, 0, 9]]  # tokens fed at each decode step
     S = 16

@@ -10,7 +10,7 @@ import torch
 
 from evokernel.engine.generate import GenerateOptions, generate
 from evokernel.engine.loading import load_engine
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.verify import load_reference, reference_greedy
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import SamplingParams
@@ -19,11 +19,11 @@ PROMPT = [256, 72, 101, 108, 108, 111]
 
 
 @pytest.fixture(scope="module")
-def model(tiny_fp32: Path) -> Qwen3Model:
+def model(tiny_fp32: Path) -> DecoderModel:
     return load_engine(tiny_fp32, "cpu", torch.float32, "torch")
 
 
-def test_greedy_matches_transformers(model: Qwen3Model, tiny_fp32: Path) -> None:
+def test_greedy_matches_transformers(model: DecoderModel, tiny_fp32: Path) -> None:
     result = generate(model, [PROMPT], GenerateOptions(max_new_tokens=10))
     ref_tokens, _ = reference_greedy(load_reference(tiny_fp32, "cpu", torch.float32), PROMPT, 10)
     assert result.tokens == [ref_tokens]
@@ -32,7 +32,7 @@ def test_greedy_matches_transformers(model: Qwen3Model, tiny_fp32: Path) -> None
     assert result.prefill_ms > 0 and result.decode_tok_s > 0
 
 
-def test_stops_after_eos(model: Qwen3Model) -> None:
+def test_stops_after_eos(model: DecoderModel) -> None:
     free = generate(model, [PROMPT], GenerateOptions(max_new_tokens=12)).tokens[0]
     eos = free[4]
     stop = free.index(eos)
@@ -42,7 +42,7 @@ def test_stops_after_eos(model: Qwen3Model) -> None:
     assert result.decode_steps == stop  # CPU checks every step: no step past the EOS
 
 
-def test_seeded_sampling_is_reproducible(model: Qwen3Model) -> None:
+def test_seeded_sampling_is_reproducible(model: DecoderModel) -> None:
     def run(seed: int) -> list[int]:
         params = SamplingParams(temperature=1.0, top_k=50, top_p=0.95)
         opts = GenerateOptions(max_new_tokens=16, sampling=params, seed=seed)
@@ -53,7 +53,7 @@ def test_seeded_sampling_is_reproducible(model: Qwen3Model) -> None:
     assert run(1) != first
 
 
-def test_batch_generates_what_each_prompt_generates_alone(model: Qwen3Model) -> None:
+def test_batch_generates_what_each_prompt_generates_alone(model: DecoderModel) -> None:
     prompts = [PROMPT, [9, 8], [300, 301, 302, 303]]
     opts = GenerateOptions(max_new_tokens=6)
     batch = generate(model, prompts, opts)
@@ -61,7 +61,7 @@ def test_batch_generates_what_each_prompt_generates_alone(model: Qwen3Model) -> 
     assert batch.prompt_lens == [6, 2, 4]
 
 
-def test_bad_inputs_are_config_errors(model: Qwen3Model) -> None:
+def test_bad_inputs_are_config_errors(model: DecoderModel) -> None:
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         generate(model, [[1, 512]], GenerateOptions(max_new_tokens=2))
     with pytest.raises(ConfigError, match="at least one token"):
@@ -93,7 +93,7 @@ def test_decode_across_context_buckets_matches_transformers(tiny_fp32: Path) -> 
     assert result.tokens == [ref_tokens]
 
 
-def test_the_decode_runner_is_kept_across_calls(model: Qwen3Model) -> None:
+def test_the_decode_runner_is_kept_across_calls(model: DecoderModel) -> None:
     from evokernel.engine.graph import runner_for
 
     first = generate(model, [PROMPT], GenerateOptions(max_new_tokens=5))

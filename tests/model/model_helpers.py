@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from evokernel.model.config import Qwen3Config
-from evokernel.model.weights import Qwen3Weights
+from evokernel.model.config import ModelConfig
+from evokernel.model.weights import ModelWeights
 
 
-def hf_view(w: Qwen3Weights, cfg: Qwen3Config, name: str) -> torch.Tensor:
+def hf_view(w: ModelWeights, cfg: ModelConfig, name: str) -> torch.Tensor:
     """The part of our packed weights an HF tensor name corresponds to (written out by hand,
     independently of the loader's own table)."""
     q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
@@ -54,7 +54,7 @@ def hf_model(model_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, 
     return model.eval(), info
 
 
-def assert_matches_hf(model: Any, w: Qwen3Weights, cfg: Qwen3Config) -> None:
+def assert_matches_hf(model: Any, w: ModelWeights, cfg: ModelConfig) -> None:
     """Every parameter transformers loaded equals our weights at the right rows."""
     state = model.state_dict()
     assert state, "transformers loaded no parameters"

@@ -10,7 +10,7 @@ from model_helpers import assert_matches_hf, edit_tensors, hf_model, hf_view
 from safetensors.torch import load_file
 
 from evokernel.errors import ConfigError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.loader import load_model, load_weights, resolve_dtype
 from evokernel.model.random import write_random_checkpoint
 
@@ -51,7 +51,7 @@ def test_loads_what_transformers_loads(variant: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_loads_what_transformers_saves(tied: bool, tmp_path: Path) -> None:
-    from transformers import Qwen3Config as HFConfig
+    from transformers import ModelConfig as HFConfig
     from transformers import Qwen3ForCausalLM
 
     hf_cfg = HFConfig(
@@ -97,7 +97,7 @@ def test_converts_every_disk_dtype_to_every_load_dtype(
     disk: str, want: str, tmp_path: Path
 ) -> None:
     path = write_random_checkpoint(tmp_path, "tiny", seed=5, dtype=disk, layers=1)
-    cfg = Qwen3Config.from_dir(path)
+    cfg = ModelConfig.from_dir(path)
     w = load_weights(path, cfg, device="cpu", dtype=want)
     raw = load_file(path / "model.safetensors")
     target = resolve_dtype(want)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from evokernel.errors import CheckpointError
-from evokernel.model.config import Qwen3Config, read_generation_eos
+from evokernel.model.config import ModelConfig, read_generation_eos
 from evokernel.model.presets import PRESETS
 
 HUB_06B = {  # Qwen/Qwen3-0.6B config.json as published (legacy layout)
@@ -43,20 +43,20 @@ HUB_06B = {  # Qwen/Qwen3-0.6B config.json as published (legacy layout)
 
 
 def test_hub_config_equals_the_preset() -> None:
-    cfg = Qwen3Config.from_hf_dict(HUB_06B)
-    preset = Qwen3Config(**PRESETS["qwen3-0.6b"], bos_token_id=151643, eos_token_ids=(151645,))
+    cfg = ModelConfig.from_hf_dict(HUB_06B)
+    preset = ModelConfig(**PRESETS["qwen3-0.6b"], bos_token_id=151643, eos_token_ids=(151645,))
     assert cfg == preset
 
 
 @pytest.mark.parametrize("layout", ["transformers5", "legacy"])
 def test_to_hf_dict_round_trips(layout: str) -> None:
-    cfg = Qwen3Config.from_hf_dict(HUB_06B)
-    again = Qwen3Config.from_hf_dict(cfg.to_hf_dict(layout))
+    cfg = ModelConfig.from_hf_dict(HUB_06B)
+    again = ModelConfig.from_hf_dict(cfg.to_hf_dict(layout))
     assert again == cfg
 
 
 def test_absent_keys_take_transformers_defaults() -> None:
-    from transformers import Qwen3Config as HFConfig
+    from transformers import ModelConfig as HFConfig
 
     d: dict[str, Any] = {
         "model_type": "qwen3",
@@ -66,7 +66,7 @@ def test_absent_keys_take_transformers_defaults() -> None:
         "num_hidden_layers": 2,
         "num_attention_heads": 64,
     }
-    ours = Qwen3Config.from_hf_dict(d)
+    ours = ModelConfig.from_hf_dict(d)
     hf = HFConfig(**{k: v for k, v in d.items() if k != "model_type"})
     assert ours.head_dim == hf.head_dim == 128
     assert ours.num_key_value_heads == hf.num_key_value_heads == 32
@@ -79,7 +79,7 @@ def test_absent_keys_take_transformers_defaults() -> None:
 def test_rope_parameters_win_over_top_level_theta() -> None:
     d = HUB_06B | {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
     d.pop("rope_scaling")
-    assert Qwen3Config.from_hf_dict(d).rope_theta == 5e5
+    assert ModelConfig.from_hf_dict(d).rope_theta == 5e5
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_rope_parameters_win_over_top_level_theta() -> None:
 )
 def test_refusals_name_the_key(change: dict, message: str) -> None:
     with pytest.raises(CheckpointError) as err:
-        Qwen3Config.from_hf_dict(HUB_06B | change, source="some/config.json")
+        ModelConfig.from_hf_dict(HUB_06B | change, source="some/config.json")
     text = str(err.value)
     assert text.startswith("some/config.json: ") and message in text
 
@@ -116,11 +116,11 @@ def test_refusals_name_the_key(change: dict, message: str) -> None:
 def test_generation_config_eos_ids(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(HUB_06B))
     assert read_generation_eos(tmp_path) == ()
-    assert Qwen3Config.from_dir(tmp_path).eos_token_ids == (151645,)
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (151645,)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 151643}))
-    assert Qwen3Config.from_dir(tmp_path).eos_token_ids == (151645, 151643)
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (151645, 151643)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
-    assert Qwen3Config.from_dir(tmp_path).eos_token_ids == (151645, 151643)
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (151645, 151643)
 
 
 def test_ids_outside_the_vocabulary_are_dropped_with_one_warning(
@@ -131,7 +131,7 @@ def test_ids_outside_the_vocabulary_are_dropped_with_one_warning(
     (tmp_path / "config.json").write_text(json.dumps(small))
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [300000, 9]}))
     for _ in range(2):
-        cfg = Qwen3Config.from_dir(tmp_path)
+        cfg = ModelConfig.from_dir(tmp_path)
         assert cfg.eos_token_ids == (7, 9) and cfg.bos_token_id is None
     assert capsys.readouterr().err.splitlines() == [
         f"warning: {tmp_path}: token ids outside the vocabulary [0, 1000) ignored: "

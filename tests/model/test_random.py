@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from evokernel.errors import ConfigError
 from evokernel.model import random as random_init
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.loader import load_model
 from evokernel.model.presets import PRESETS
 from evokernel.model.random import BLOCK, _random_tensor, init_stats, write_random_checkpoint
@@ -48,7 +48,7 @@ def test_qwen3_06b_preset_has_the_published_shapes(tmp_path: Path) -> None:
 
 
 def test_tiny_preset_keeps_qwen3_structure() -> None:
-    cfg = Qwen3Config(**PRESETS["tiny"])
+    cfg = ModelConfig(**PRESETS["tiny"])
     assert cfg.gqa_ratio == 2 and cfg.q_size != cfg.hidden_size and cfg.tie_word_embeddings
     assert sum(torch.Size(s).numel() for s in hf_shapes(cfg).values()) < 300_000
 
@@ -134,7 +134,7 @@ def test_config_layouts(layout: str, tmp_path: Path) -> None:
     else:
         assert data["rope_parameters"] == {"rope_type": "default", "rope_theta": 1e6}
         assert data["dtype"] == "float16" and "rope_theta" not in data
-    assert Qwen3Config.from_dir(path).dtype == "float16"
+    assert ModelConfig.from_dir(path).dtype == "float16"
 
 
 def test_tokenizer_round_trips_text_with_both_libraries(tiny_dir: Path) -> None:
@@ -177,7 +177,7 @@ def test_values_do_not_depend_on_thread_count() -> None:
 
 
 def test_init_scales_follow_the_documented_rule() -> None:
-    cfg = Qwen3Config(**PRESETS["qwen3-0.6b"])
+    cfg = ModelConfig(**PRESETS["qwen3-0.6b"])
     assert init_stats("model.embed_tokens.weight", cfg) == (0.0, 1024**-0.5)
     mean, std = init_stats("model.norm.weight", cfg)
     assert mean == 0.0 and 3.4 < std < 3.5  # sqrt(ln 151936)
@@ -240,7 +240,7 @@ def test_deep_model_is_well_conditioned_in_bf16(
     # The measurement sees ill-conditioning: sharper attention alone makes bf16 derail.
     plain = random_init.init_stats
 
-    def sharp(name: str, cfg: Qwen3Config) -> tuple[float, float]:
+    def sharp(name: str, cfg: ModelConfig) -> tuple[float, float]:
         if name.endswith(("q_norm.weight", "k_norm.weight")):
             return 1.6, 0.16
         return plain(name, cfg)

@@ -56,7 +56,7 @@ def _copy(inputs: dict) -> dict:
 
 
 def _old_sequence(ops: OpSet, x: dict) -> torch.Tensor:
-    """What Qwen3Model._decode_layers ran per layer before `decode_layer` existed."""
+    """What DecoderModel._decode_layers ran per layer before `decode_layer` existed."""
     h, eps = x["h"], x["eps"]
     qkv = ops.norm_linear(h, x["input_norm"], x["qkv_proj"], eps)
     attn = ops.decode_attention_qkv(

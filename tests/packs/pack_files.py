@@ -10,7 +10,7 @@ from typing import Any
 
 from evokernel.cli import main
 from evokernel.engine.graph import context_buckets
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs.format import (
     FORMAT,
     FORMAT_VERSION,
@@ -31,7 +31,7 @@ def decode_layer(h, *args):
 
 def write_hand_pack(
     out: Path,
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     programs: dict[int, str] | None = None,
     *,
     device: str = "cpu",

@@ -10,7 +10,7 @@ import torch
 from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, run_cli, write_hand_pack
 
 from evokernel.engine.loading import load_engine
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.ops.candidates import load_candidate
 
 pytestmark = pytest.mark.skipif(
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def pack(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference-ops program in every bucket up to 1024, baseline beyond."""
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     return write_hand_pack(
         tmp_path_factory.mktemp("pack") / "pack", cfg, {256: LAYER_PROGRAM, 1024: LAYER_PROGRAM}
     )
@@ -66,7 +66,7 @@ def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
     record = json.loads(out.splitlines()[-1])
     assert record["passed"] and record["kernels"] == str(pack)
     assert record["ops"]["decode_layer"] == f"pack:{pack}"
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     broken = write_hand_pack(tmp_path / "broken", cfg, {256: BROKEN_PROGRAM})
     code, out, err = run_cli(*base, "--kernels", str(broken))
     assert code == 1 and "verify failed: KL mean" in err
@@ -74,7 +74,7 @@ def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
 
 def test_engine_api_takes_a_pack_and_buckets_choose(tiny_fp32: Path, tmp_path: Path) -> None:
     """A cache of 300 positions has buckets 256 and 300: each runs its own entry."""
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     pack = write_hand_pack(tmp_path / "p", cfg, {256: LAYER_PROGRAM})
     model = load_engine(tiny_fp32, "cpu", None, "torch", kernels=pack)
     from evokernel.engine.graph import DecodeRunner
@@ -92,7 +92,7 @@ def test_engine_api_takes_a_pack_and_buckets_choose(tiny_fp32: Path, tmp_path: P
 def test_refused_packs_are_one_line_and_exit_2(
     tiny_fp32: Path, tiny_wide: Path, tmp_path: Path, pack: Path
 ) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     gpu = write_hand_pack(tmp_path / "gpu", cfg)
     edit_pack(gpu, device={"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0"})
     fmt = write_hand_pack(tmp_path / "fmt", cfg, format="something-else")

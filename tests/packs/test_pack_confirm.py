@@ -15,7 +15,7 @@ from pack_files import LAYER_PROGRAM, write_hand_pack
 
 from evokernel.bench import paired
 from evokernel.engine.graph import context_buckets
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs import confirm, load_pack
 from evokernel.packs.confirm import bucket_positions, confirm_pack
 
@@ -38,14 +38,14 @@ def load_entries(bounds: list[int]) -> tuple[Any, ...]:
 
 @pytest.fixture
 def hand_pack(tiny_fp32: Path, tmp_path: Path) -> Path:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     return write_hand_pack(tmp_path / "pack", cfg, {256: LAYER_PROGRAM, 1024: LAYER_PROGRAM})
 
 
 def test_programs_not_faster_end_to_end_go_back_to_the_baseline(
     tiny_fp32: Path, hand_pack: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     seen: list[tuple[str, str, int]] = []
 
     def scripted(a: Any, b: Any, prompt: list[int], plan: Any, device: str, rounds: int) -> dict:
@@ -89,7 +89,7 @@ def test_confirmation_runs_the_real_engines(
     monkeypatch.setattr(confirm, "CONFIRM_STEPS", 4)
     monkeypatch.setattr(confirm, "CONFIRM_WARMUP", 1)
     monkeypatch.setattr(confirm, "CONFIRM_ROUNDS", 2)
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     new = confirm_pack(load_pack(hand_pack, cfg, "cpu", torch.float32), tiny_fp32, "cpu")
     bounds = context_buckets(cfg.max_position_embeddings)
     for entry in new.tasks["decode_layer@test"].entries:

@@ -11,7 +11,7 @@ import torch
 from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, write_hand_pack
 
 from evokernel.engine.graph import context_buckets
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.ops.candidates import load_candidate
 from evokernel.ops.registry import OpSet
 from evokernel.packs import PackError, load_pack, write_pack
@@ -78,7 +78,7 @@ def _fake_run(run: Path, task: str, winners: dict[str, tuple[str, list[float]]])
 
 
 def test_write_pack_from_a_run_follows_the_rule(tmp_path: Path, tiny_fp32: Path) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     task = "decode_layer@tiny"
     winners = {"b1_ctx512": ("p0003", [1.04, 1.1]), "b1_ctx2048": ("p0007", [0.98, 1.2])}
     run = _fake_run(tmp_path / "run", task, winners)
@@ -122,7 +122,7 @@ def test_write_pack_from_a_run_follows_the_rule(tmp_path: Path, tiny_fp32: Path)
 
 
 def test_write_pack_refuses_unfinished_or_foreign_runs(tmp_path: Path, tiny_fp32: Path) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     (tmp_path / "empty").mkdir()
     with pytest.raises(PackError, match="no dispatch"):
         write_pack(tmp_path / "empty", cfg, tmp_path / "p", "cpu")
@@ -131,7 +131,7 @@ def test_write_pack_refuses_unfinished_or_foreign_runs(tmp_path: Path, tiny_fp32
         write_pack(run, cfg, tmp_path / "p", "cpu")
 
 
-def _refusal(pack: Path, cfg: Qwen3Config, dtype: str | None = "float32") -> str:
+def _refusal(pack: Path, cfg: ModelConfig, dtype: str | None = "float32") -> str:
     with pytest.raises(PackError) as err:
         load_pack(pack, cfg, "cpu", dtype)
     message = str(err.value)
@@ -140,11 +140,11 @@ def _refusal(pack: Path, cfg: Qwen3Config, dtype: str | None = "float32") -> str
 
 
 def test_load_refuses_packs_that_do_not_belong(tmp_path: Path, tiny_fp32: Path, tiny_wide) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     good = write_hand_pack(tmp_path / "good", cfg, {256: LAYER_PROGRAM})
     assert load_pack(good, cfg, "cpu", "float32").tasks["decode_layer@test"].entries[0].program
     # another model shape
-    assert "head_dim 32" in _refusal(good, Qwen3Config.from_dir(tiny_wide))
+    assert "head_dim 32" in _refusal(good, ModelConfig.from_dir(tiny_wide))
     # another GPU model (and a GPU pack on the CPU)
     h100 = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "driver": None}
     other = write_hand_pack(tmp_path / "gpu", cfg)
@@ -183,7 +183,7 @@ def test_load_refuses_packs_that_do_not_belong(tmp_path: Path, tiny_fp32: Path, 
 
 
 def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) -> None:
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     # 256 -> the counting program, 512 -> baseline, 1024 -> a broken program, rest baseline
     pack_dir = write_hand_pack(tmp_path / "pack", cfg, {256: LAYER_PROGRAM, 1024: BROKEN_PROGRAM})
     pack = load_pack(pack_dir, cfg, "cpu", "float32")
@@ -212,7 +212,7 @@ def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) ->
     assert same.origin["decode_layer"] == "torch"
 
 
-def _layer_args(cfg: Qwen3Config, h: torch.Tensor) -> list:
+def _layer_args(cfg: ModelConfig, h: torch.Tensor) -> list:
     from evokernel.ops.rope import rope_table
 
     g = torch.Generator().manual_seed(1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pack_files import LAYER_PROGRAM, run_cli, write_hand_pack
 
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.random import write_random_checkpoint
 from evokernel.ops.candidates import load_candidate
 
@@ -25,7 +25,7 @@ def qwen_2layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Path) -> None:
-    cfg = Qwen3Config.from_dir(qwen_2layers)
+    cfg = ModelConfig.from_dir(qwen_2layers)
     pack = write_hand_pack(
         tmp_path / "pack", cfg, {256: LAYER_PROGRAM}, device="cuda", dtype="bfloat16"
     )
@@ -59,7 +59,7 @@ def test_a_slower_program_is_sent_back_to_the_baseline(qwen_2layers: Path, tmp_p
     from evokernel.packs import load_pack
     from evokernel.packs.confirm import confirm_pack
 
-    cfg = Qwen3Config.from_dir(qwen_2layers)
+    cfg = ModelConfig.from_dir(qwen_2layers)
     path = write_hand_pack(
         tmp_path / "pack", cfg, {256: LAYER_PROGRAM}, device="cuda", dtype="bfloat16"
     )

@@ -13,15 +13,15 @@ import torch
 from pack_files import run_cli, write_hand_pack
 
 from evokernel.cli import main
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
 from evokernel.packs import load_pack
 from evokernel.packs.tune import engine_tasks
 
 
-def _config(preset: str) -> Qwen3Config:
-    keys = Qwen3Config.__dataclass_fields__
-    return Qwen3Config(**{k: v for k, v in PRESETS[preset].items() if k in keys})
+def _config(preset: str) -> ModelConfig:
+    keys = ModelConfig.__dataclass_fields__
+    return ModelConfig(**{k: v for k, v in PRESETS[preset].items() if k in keys})
 
 
 def test_task_names_follow_the_documented_format() -> None:
@@ -52,7 +52,7 @@ def test_bad_input_is_one_line_and_creates_nothing(
     (tmp_path / "nockpt").mkdir()
     out = str(tmp_path / "pack")
     model = str(tiny_fp32)
-    other = write_hand_pack(tmp_path / "other", Qwen3Config.from_dir(tiny_wide))
+    other = write_hand_pack(tmp_path / "other", ModelConfig.from_dir(tiny_wide))
     cases = [
         (["--model", str(tmp_path / "missing"), "--out", out], "--model: no such directory"),
         (["--model", str(tmp_path / "nockpt"), "--out", out], "config.json"),
@@ -94,7 +94,7 @@ def test_tune_writes_a_pack_that_generate_loads_and_resumes(
     assert f"wrote {pack / 'pack.json'}" in out and "every bucket keeps the baseline" in out
     record = json.loads(out.splitlines()[-1])
     assert record["pack"] == str(pack) and record["runs"][task]["resumed"] is False
-    cfg = Qwen3Config.from_dir(tiny_fp32)
+    cfg = ModelConfig.from_dir(tiny_fp32)
     loaded = load_pack(pack, cfg, "cpu", torch.float32)
     table = loaded.tasks[task]
     assert table.op == "decode_layer" and table.run == f"runs/{task}"

@@ -12,7 +12,7 @@ from task_checks import digest, errors
 
 from evokernel.errors import TaskError
 from evokernel.evaluate.result import reason_code
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
 from evokernel.tasks import TASK_NAMES, get_task
 from evokernel.tasks.base import Scenario
@@ -27,9 +27,9 @@ def _clone(inputs: dict) -> dict:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def _config(preset: str) -> Qwen3Config:
-    fields = Qwen3Config.__dataclass_fields__
-    return Qwen3Config(**{k: v for k, v in PRESETS[preset].items() if k in fields})
+def _config(preset: str) -> ModelConfig:
+    fields = ModelConfig.__dataclass_fields__
+    return ModelConfig(**{k: v for k, v in PRESETS[preset].items() if k in fields})
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_unknown_task_lists_the_layer_task():
 
 
 def test_an_unsupported_checkpoint_shape_is_a_task_error():
-    cfg = Qwen3Config(
+    cfg = ModelConfig(
         vocab_size=300,
         hidden_size=64,
         intermediate_size=96,

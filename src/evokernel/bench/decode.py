@@ -42,7 +42,7 @@ from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
 from evokernel.bench.stepping import CellPlan, free, measure_cell, prompt_ids
 from evokernel.bench.systems import load_system, skip_reason
 from evokernel.errors import ConfigError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def run_decode_bench(
     opts: DecodeBenchOptions, progress: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
     """Run the benchmark, write `opts.out` (and its CSV); return the document."""
-    cfg = Qwen3Config.from_dir(opts.model_dir)
+    cfg = ModelConfig.from_dir(opts.model_dir)
     plans = [CellPlan(p, opts.steps, opts.warmup, opts.power_window_ms) for p in opts.positions]
     max_need = max(plan.need for plan in plans)
     if max_need > cfg.max_position_embeddings:
@@ -143,7 +143,7 @@ def run_decode_bench(
 
 
 def _run_pair(
-    run: _Run, names: tuple[str, str], plans: list[CellPlan], cfg: Qwen3Config, max_need: int
+    run: _Run, names: tuple[str, str], plans: list[CellPlan], cfg: ModelConfig, max_need: int
 ) -> None:
     """Both systems, and a second copy of the first as a control, loaded at once and timed
     interleaved at every position (bench/paired.py): the pack's speedup over the plain engine
@@ -186,7 +186,7 @@ def _run_system(
     run: _Run,
     name: str,
     plans: list[CellPlan],
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     copy_gbps: float,
     model: dict[str, Any],
     meter: Nvml | None,
@@ -255,7 +255,7 @@ def progress_line(row: Row, cache_len: int | None) -> str:
 
 
 def _new_doc(
-    opts: DecodeBenchOptions, cfg: Qwen3Config, itemsize: int, env: dict[str, Any]
+    opts: DecodeBenchOptions, cfg: ModelConfig, itemsize: int, env: dict[str, Any]
 ) -> dict[str, Any]:
     config_keys = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",

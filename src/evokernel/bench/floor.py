@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 
-def weight_bytes(cfg: Qwen3Config, itemsize: int) -> int:
+def weight_bytes(cfg: ModelConfig, itemsize: int) -> int:
     """Bytes of weights one decode step reads (all of them once, the embedding table aside)."""
     H, inter, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     per_layer = (
@@ -38,7 +38,7 @@ def weight_bytes(cfg: Qwen3Config, itemsize: int) -> int:
     return (cfg.num_hidden_layers * per_layer + head) * itemsize
 
 
-def kv_bytes_per_token(cfg: Qwen3Config, itemsize: int) -> int:
+def kv_bytes_per_token(cfg: ModelConfig, itemsize: int) -> int:
     return 2 * cfg.num_hidden_layers * cfg.kv_size * itemsize
 
 

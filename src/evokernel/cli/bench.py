@@ -202,13 +202,13 @@ def _kernels(args: argparse.Namespace, device: str, dtype: Any) -> Path | None:
     refused pack is one line and exit 2, not a row of errors)."""
     from evokernel import device as devices
     from evokernel.cli.generate import kernels_dir
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import ModelConfig
     from evokernel.packs.load import load_pack
 
     kernels = kernels_dir(args)
     if kernels is not None:
         devices.prepare(device)
-        load_pack(kernels, Qwen3Config.from_dir(args.model), device, dtype)
+        load_pack(kernels, ModelConfig.from_dir(args.model), device, dtype)
     return kernels
 
 

@@ -114,7 +114,7 @@ def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import encode_prompt, load_engine, load_tokenizer
-    from evokernel.model.config import Qwen3Config, is_regular_file
+    from evokernel.model.config import ModelConfig, is_regular_file
     from evokernel.model.tokenizer import TOKENIZER_FILE
     from evokernel.ops.sampling import SamplingParams
 
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     kernels = kernels_dir(args)
     ops = resolve_ops(args)
     # The config alone bounds the prompt, the new tokens and top-k: checked before loading.
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     is_regular_file(model_dir / TOKENIZER_FILE)  # a FIFO or directory there is an error
     if top_k > cfg.vocab_size:
         raise ConfigError(f"--top-k must be <= the vocabulary size {cfg.vocab_size}, got {top_k}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 
 @dataclass
@@ -27,7 +27,7 @@ class KVCache:
     @classmethod
     def allocate(
         cls,
-        cfg: Qwen3Config,
+        cfg: ModelConfig,
         batch: int,
         max_seq_len: int,
         device: str | torch.device,

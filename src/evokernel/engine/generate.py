@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evokernel.engine.graph import runner_for
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import GREEDY, SamplingParams
 
@@ -102,7 +102,7 @@ class _Clock:
 
 
 def generate(
-    model: Qwen3Model,
+    model: DecoderModel,
     prompts: list[list[int]],
     options: GenerateOptions,
     tokenizer: Tokenizer | None = None,

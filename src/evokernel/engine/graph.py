@@ -33,7 +33,7 @@ import weakref
 import torch
 
 from evokernel.engine.cache import KVCache
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 
 WARMUP_STEPS = 2
 MIN_BUCKET = 256
@@ -52,7 +52,7 @@ def context_buckets(max_seq_len: int) -> list[int]:
 class DecodeRunner:
     """Decode steps over `cache` (all B rows) from static buffers; see the module doc."""
 
-    def __init__(self, model: Qwen3Model, cache: KVCache, *, use_graph: bool, greedy: bool) -> None:
+    def __init__(self, model: DecoderModel, cache: KVCache, *, use_graph: bool, greedy: bool) -> None:
         B, device = cache.batch, cache.device
         assert not use_graph or device.type == "cuda", "CUDA graphs need a CUDA cache"
         self.model = model
@@ -148,11 +148,11 @@ class DecodeRunner:
         return logits
 
 
-_RUNNERS: weakref.WeakKeyDictionary[Qwen3Model, DecodeRunner] = weakref.WeakKeyDictionary()
+_RUNNERS: weakref.WeakKeyDictionary[DecoderModel, DecodeRunner] = weakref.WeakKeyDictionary()
 
 
 def runner_for(
-    model: Qwen3Model, batch: int, need: int, *, use_graph: bool, greedy: bool
+    model: DecoderModel, batch: int, need: int, *, use_graph: bool, greedy: bool
 ) -> DecodeRunner:
     """The model's kept runner when its cache has `batch` rows and at least `need` positions
     (and the same graph mode), else a new one, kept instead, with a cache of the next power of

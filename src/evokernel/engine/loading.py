@@ -1,4 +1,4 @@
-"""Checkpoint directory -> a ready `Qwen3Model` (and its tokenizer, when the directory has one).
+"""Checkpoint directory -> a ready `DecoderModel` (and its tokenizer, when the directory has one).
 
     model = load_engine(model_dir, device="cuda", dtype=None, ops="triton")
 
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from evokernel import device as devices
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import EvokernelError
 from evokernel.model import tokenizer as tokenizers
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.loader import load_model, resolve_dtype
 from evokernel.model.tokenizer import TOKENIZER_FILE
 from evokernel.ops.registry import OpSet
@@ -41,7 +41,7 @@ def load_engine(
     max_seq_len: int | None = None,
     pdl: bool | None = None,
     kernels: str | Path | Pack | None = None,
-) -> Qwen3Model:
+) -> DecoderModel:
     dev = devices.resolve(device)
     devices.prepare(dev)
     dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
@@ -57,11 +57,11 @@ def load_engine(
         )
         opset = opset.with_pack(pack)
     cfg, weights = load_model(model_dir, device=dev, dtype=dt)
-    return Qwen3Model(cfg, weights, opset, max_seq_len=max_seq_len)
+    return DecoderModel(cfg, weights, opset, max_seq_len=max_seq_len)
 
 
-def _config(model_dir: str | Path) -> Qwen3Config:
-    return Qwen3Config.from_dir(model_dir)
+def _config(model_dir: str | Path) -> ModelConfig:
+    return ModelConfig.from_dir(model_dir)
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:

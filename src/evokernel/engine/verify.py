@@ -32,9 +32,9 @@ import torch
 
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import ConfigError, EvokernelError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 THRESHOLDS: dict[torch.dtype, float] = {
     torch.float32: 1e-5,
@@ -107,7 +107,7 @@ def load_reference(model_dir: str | Path, device: str, dtype: torch.dtype) -> An
 
 def _reference_config(model_dir: str | Path) -> Any:
     """transformers' config for `model_dir`, with token ids outside the vocabulary unset, as
-    `Qwen3Config` drops them (which warns once): a hub config on a small test vocabulary
+    `ModelConfig` drops them (which warns once): a hub config on a small test vocabulary
     otherwise stops transformers at a pad_token_id its embedding cannot hold. None of these
     ids changes a logit."""
     from transformers import AutoConfig
@@ -157,7 +157,7 @@ def reference_forced(hf: Any, prompt: list[int], tokens: list[int]) -> torch.Ten
 
 
 def engine_forced(
-    model: Qwen3Model, prompt: list[int], tokens: list[int], use_graph: bool | None = None
+    model: DecoderModel, prompt: list[int], tokens: list[int], use_graph: bool | None = None
 ) -> tuple[torch.Tensor, bool]:
     """The engine's logits for the same contexts: prefill the prompt, then decode step by step
     feeding `tokens` -> (logits [len(tokens), V] float64 on CPU, whether a CUDA graph ran)."""
@@ -181,7 +181,7 @@ def engine_forced(
 
 
 def compare(
-    model: Qwen3Model,
+    model: DecoderModel,
     hf: Any,
     prompt: list[int],
     steps: int,
@@ -276,7 +276,7 @@ def verify(
     The prompt and `steps` are checked against the config before anything is loaded: the
     reference would decode past the model's positions, and the engine then refuse them."""
     _check(steps, threshold)
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
     cfg.check_tokens(ids, steps, "--steps")
     model = load_engine(

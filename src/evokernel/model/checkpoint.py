@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from evokernel.errors import CheckpointError
-from evokernel.model.config import Qwen3Config, is_regular_file, read_json_object
+from evokernel.model.config import ModelConfig, is_regular_file, read_json_object
 from evokernel.model.safetensors_io import (
     TORCH_DTYPES,
     Header,
@@ -49,7 +49,7 @@ _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 @dataclass(frozen=True)
 class Checkpoint:
     model_dir: Path
-    cfg: Qwen3Config
+    cfg: ModelConfig
     index: Path | None  # the index json of a sharded checkpoint
     headers: tuple[Header, ...]  # one per file, in the order first named
     tensors: dict[str, tuple[Header, TensorEntry]]  # every needed HF tensor -> where it is
@@ -127,13 +127,13 @@ class Checkpoint:
         }
 
 
-def inspect_checkpoint(model_dir: str | Path, cfg: Qwen3Config | None = None) -> Checkpoint:
+def inspect_checkpoint(model_dir: str | Path, cfg: ModelConfig | None = None) -> Checkpoint:
     """Check `model_dir` completely against `cfg` (read from the directory when None)."""
     root = Path(model_dir)
     if not root.is_dir():
         raise CheckpointError(f"{root}: not a directory")
     if cfg is None:
-        cfg = Qwen3Config.from_dir(root)
+        cfg = ModelConfig.from_dir(root)
     if is_regular_file(root / SINGLE_FILE):
         index = None
         header = read_header(root / SINGLE_FILE)
@@ -200,7 +200,7 @@ def _read_index(index: Path) -> dict[str, str]:
 
 def _match(
     root: Path,
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     index: Path | None,
     located: dict[str, tuple[Header, TensorEntry]],
 ) -> tuple[dict[str, tuple[Header, TensorEntry]], tuple[str, ...]]:
@@ -242,7 +242,7 @@ def _match(
 
 
 def _check_layer_count(
-    cfg: Qwen3Config, where: Path, located: dict[str, tuple[Header, TensorEntry]]
+    cfg: ModelConfig, where: Path, located: dict[str, tuple[Header, TensorEntry]]
 ) -> None:
     """Name the first missing layer before listing every tensor the config implies: a config
     claiming 10**9 layers would otherwise build a name table for each of them."""

@@ -1,12 +1,15 @@
-"""Qwen3 architecture config, parsed from an HF `config.json` in either layout.
+"""The decoder description: an HF `config.json` (either layout) parsed once into `ModelConfig`.
 
-Both layouts published for Qwen3 are accepted:
+One type for every family of model/families.py (qwen3, qwen2, llama, mistral): the shapes, the
+family's switches (`qkv_bias`, `qk_norm`, from the family table), RoPE (model/rope.py: base
+frequency and an optional `linear` / `llama3` scaling), the head's tying and the token ids.
+Both layouts are accepted:
   * transformers 4.x / the hub:  top-level `rope_theta`, `rope_scaling`, `torch_dtype`
-  * transformers 5.x:            `rope_parameters: {rope_type, rope_theta}`, `dtype`
-Only plain RoPE (`rope_type` "default", or no scaling) is supported; anything else is a
-`CheckpointError` naming the key. Sliding-window attention is rejected the same way.
-Keys a config.json leaves out take transformers' `Qwen3Config` defaults (e.g. `head_dim` 128,
-`num_key_value_heads` 32, `rope_theta` 10000), so we build the model transformers would.
+  * transformers 5.x:            `rope_parameters: {rope_type, rope_theta, ...}`, `dtype`
+An unsupported family, RoPE rule, sliding window, bias or activation is a `CheckpointError`
+naming the key and what is supported. Keys a config.json leaves out take transformers' own
+defaults for the family (e.g. qwen3's `head_dim` 128, llama's hidden_size // heads), so we
+build the model transformers would.
 
 `from_dir` also reads `generation_config.json` when present: its `eos_token_id` (an int or a
 list) is merged into `eos_token_ids` after config.json's own, because generation stops on
@@ -17,8 +20,9 @@ dropped with a one-line warning on stderr, printed once per file and key: transf
 such configs (a hub config.json copied onto a small test vocabulary has them), and no token
 the model can emit could match them anyway.
 
-`Qwen3Config` is the one object the loader, the engine and the random-checkpoint writer
-share; it is frozen and validated in `__post_init__`.
+`ModelConfig` is the one object the loader, the engine, the kernels' switches, the tasks' shapes
+and the random-checkpoint writer share (parsed once, passed down); it is frozen and validated
+in `__post_init__`.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import CheckpointError, ConfigError
+from evokernel.model.families import FAMILIES, Family, family
+from evokernel.model.rope import RopeScaling, parse_rope, to_float
 
-SUPPORTED_MODEL_TYPES = ("qwen3",)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 CONFIG_LAYOUTS = ("transformers5", "legacy")
 GENERATION_CONFIG = "generation_config.json"
 
 
 @dataclass(frozen=True)
-class Qwen3Config:
+class ModelConfig:
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -57,8 +62,12 @@ class Qwen3Config:
     dtype: str = "bfloat16"  # dtype of the weights on disk, as the config names it
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    model_type: str = "qwen3"  # a key of model/families.py FAMILIES
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self) -> None:
+        if self.model_type not in FAMILIES:
+            family(self.model_type, "config")  # raises, naming the supported ones
         positive = (
             "vocab_size",
             "hidden_size",
@@ -99,7 +108,21 @@ class Qwen3Config:
                         f"config: {key} {v!r} is not a token id below vocab_size {self.vocab_size}"
                     )
 
-    # Derived sizes -----------------------------------------------------------------------
+    # The family's switches and derived sizes ---------------------------------------------
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether q_proj, k_proj and v_proj carry biases (qwen2)."""
+        return self.family.qkv_bias is True
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether q and k are RMS-normalised per head before RoPE (qwen3)."""
+        return self.family.qk_norm
+
     @property
     def q_size(self) -> int:
         return self.num_attention_heads * self.head_dim
@@ -134,21 +157,17 @@ class Qwen3Config:
 
     # Parsing -----------------------------------------------------------------------------
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> Qwen3Config:
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> ModelConfig:
         """Parse an HF config dict (either layout). Errors name `source` and the key."""
         cfg, dropped = cls._parse(d, source)
         warn_outside_vocab(source, cfg.vocab_size, dropped)
         return cfg
 
     @classmethod
-    def _parse(cls, d: dict[str, Any], source: str) -> tuple[Qwen3Config, list[str]]:
+    def _parse(cls, d: dict[str, Any], source: str) -> tuple[ModelConfig, list[str]]:
         """(config, "key ids" of each token id key whose ids outside the vocabulary were
         dropped)."""
-        model_type = d.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise CheckpointError(
-                f"{source}: unsupported model_type {model_type!r} (supported: qwen3)"
-            )
+        fam = family(d.get("model_type"), source)
         required = (
             "vocab_size",
             "hidden_size",
@@ -160,42 +179,29 @@ class Qwen3Config:
             if key not in d:
                 raise CheckpointError(f"{source}: missing key {key!r}")
         heads = d["num_attention_heads"]
-        head_dim = d.get("head_dim", 128)  # transformers' default when the key is absent
+        head_dim = d.get("head_dim", fam.head_dim)  # the family's default when absent
         if head_dim is None:
-            head_dim = d["hidden_size"] // heads if isinstance(heads, int) and heads > 0 else 0
-        if d.get("use_sliding_window"):
-            raise CheckpointError(f"{source}: use_sliding_window=true is not supported")
-        layer_types = d.get("layer_types") or []
-        if not isinstance(layer_types, list):
-            raise CheckpointError(f"{source}: layer_types must be a list")
-        layers = d["num_hidden_layers"]
-        if layer_types and len(layer_types) != layers:  # transformers refuses it too
-            raise CheckpointError(
-                f"{source}: layer_types has {len(layer_types)} entries; "
-                f"num_hidden_layers is {layers!r}"
-            )
-        for i, kind in enumerate(layer_types):
-            if kind != "full_attention":
-                raise CheckpointError(
-                    f"{source}: layer_types[{i}] is {kind!r}; only full_attention is supported"
-                )
-        if d.get("hidden_act", "silu") != "silu":
-            raise CheckpointError(f"{source}: unsupported hidden_act {d.get('hidden_act')!r}")
-        if d.get("attention_bias"):
-            raise CheckpointError(f"{source}: attention_bias=true is not supported")
-
-        rope_theta = _rope_theta(d, source)
+            hidden = d["hidden_size"]
+            ok = isinstance(heads, int) and heads > 0 and isinstance(hidden, int)
+            head_dim = hidden // heads if ok else 0
+        _check_switches(d, fam, source)
+        rope_theta, rope_scaling = parse_rope(d, source)
         dtype = d.get("dtype") or d.get("torch_dtype") or "bfloat16"
         if not isinstance(dtype, str):
             raise CheckpointError(f"{source}: dtype must be a string, got {dtype!r}")
         dtype = dtype.removeprefix("torch.")
-        kv_heads = d.get("num_key_value_heads", 32)  # transformers' default when absent
+        kv_heads = d.get("num_key_value_heads", fam.kv_heads)  # the family's default
         for key in ("rms_norm_eps", "tie_word_embeddings", "bos_token_id"):
             kind = {"tie_word_embeddings": bool, "bos_token_id": int}.get(key, (int, float))
             value = d.get(key)
             if value is not None and not isinstance(value, kind):
                 raise CheckpointError(f"{source}: {key} has the wrong type: {value!r}")
         fields = _fields(d, heads, kv_heads, head_dim, rope_theta, dtype, source)
+        fields |= {
+            "model_type": fam.model_type,
+            "rope_scaling": rope_scaling,
+            "max_position_embeddings": d.get("max_position_embeddings", fam.max_positions),
+        }
         vocab = fields["vocab_size"]
         dropped: list[str] = []
         if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
@@ -209,7 +215,7 @@ class Qwen3Config:
             raise CheckpointError(f"{source}: {str(err).removeprefix('config: ')}") from None
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path) -> Qwen3Config:
+    def from_dir(cls, model_dir: str | Path) -> ModelConfig:
         if not Path(model_dir).is_dir():
             raise CheckpointError(f"{model_dir}: not a directory")
         path = Path(model_dir) / "config.json"
@@ -225,32 +231,77 @@ class Qwen3Config:
         return cfg if merged == cfg.eos_token_ids else replace(cfg, eos_token_ids=merged)
 
     def to_hf_dict(self, layout: str = "transformers5") -> dict[str, Any]:
-        """config.json content, loadable by transformers.
+        """config.json content, loadable by transformers (the family's own class).
 
         `layout="transformers5"`: `rope_parameters` and `dtype`; `"legacy"`: top-level
-        `rope_theta`, `rope_scaling: null` and `torch_dtype`, as the hub's Qwen3 configs.
+        `rope_theta`, `rope_scaling` (null without scaling) and `torch_dtype`, as the hub's
+        configs.
         """
         if layout not in CONFIG_LAYOUTS:
             raise ValueError(f"layout must be one of {CONFIG_LAYOUTS}, got {layout!r}")
         d = asdict(self)
         eos = d.pop("eos_token_ids")
         d["eos_token_id"] = (eos[0] if len(eos) == 1 else list(eos)) if eos else None
+        scaling = d.pop("rope_scaling")
+        scaling = self.rope_scaling.to_hf() if self.rope_scaling is not None else None
         if layout == "legacy":
             d["torch_dtype"] = d.pop("dtype")
-            d["rope_scaling"] = None
+            d["rope_scaling"] = scaling
         else:
-            d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
+            params = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
+            d["rope_parameters"] = params | (scaling or {})
+        fam = self.family
         d.update(
-            architectures=["Qwen3ForCausalLM"],
-            model_type="qwen3",
+            architectures=[fam.architecture],
             hidden_act="silu",
-            attention_bias=False,
             attention_dropout=0.0,
-            use_sliding_window=False,
-            sliding_window=None,
             use_cache=True,
         )
+        if fam.model_type in ("qwen3", "llama"):
+            d["attention_bias"] = False
+        if fam.model_type == "llama":
+            d["mlp_bias"] = False
+        if fam.sliding_key == "use_sliding_window":
+            d.update(use_sliding_window=False, sliding_window=None)
+        elif fam.sliding_key == "sliding_window":
+            d["sliding_window"] = None
         return d
+
+
+def _check_switches(d: dict[str, Any], fam: Family, source: str) -> None:
+    """Refuse what this family's config can switch on that no kernel here computes."""
+    if fam.sliding_key == "use_sliding_window" and d.get("use_sliding_window"):
+        raise CheckpointError(f"{source}: use_sliding_window=true is not supported")
+    if fam.sliding_key == "sliding_window":
+        window = d.get("sliding_window", fam.sliding_default)
+        limit = d.get("max_position_embeddings", fam.max_positions)
+        if window is not None and not (isinstance(window, int) and window >= limit):
+            raise CheckpointError(
+                f"{source}: sliding_window={window!r} is not supported (only null, or a window "
+                "no shorter than max_position_embeddings)"
+            )
+    layer_types = d.get("layer_types") or []
+    if not isinstance(layer_types, list):
+        raise CheckpointError(f"{source}: layer_types must be a list")
+    layers = d["num_hidden_layers"]
+    if layer_types and len(layer_types) != layers:  # transformers refuses it too
+        raise CheckpointError(
+            f"{source}: layer_types has {len(layer_types)} entries; num_hidden_layers is {layers!r}"
+        )
+    for i, kind in enumerate(layer_types):
+        if kind != "full_attention":
+            raise CheckpointError(
+                f"{source}: layer_types[{i}] is {kind!r}; only full_attention is supported"
+            )
+    if d.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"{source}: unsupported hidden_act {d.get('hidden_act')!r}")
+    if fam.qkv_bias is None and d.get("attention_bias"):
+        raise CheckpointError(
+            f"{source}: attention_bias=true is not supported ({fam.model_type} then also "
+            "biases o_proj)"
+        )
+    if d.get("mlp_bias"):
+        raise CheckpointError(f"{source}: mlp_bias=true is not supported")
 
 
 def _fields(
@@ -270,9 +321,8 @@ def _fields(
         num_attention_heads=heads,
         num_key_value_heads=heads if kv_heads is None else kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=_float(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", source),
+        rms_norm_eps=to_float(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", source),
         rope_theta=rope_theta,
-        max_position_embeddings=d.get("max_position_embeddings", 32768),
         tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
         dtype=dtype,
         bos_token_id=d.get("bos_token_id"),
@@ -352,38 +402,3 @@ def _token_ids(value: object, source: str) -> tuple[int, ...]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise CheckpointError(f"{source}: eos_token_id must hold token ids, got {value!r}")
     return tuple(ids)
-
-
-def _rope_theta(d: dict[str, Any], source: str) -> float:
-    # transformers reads `rope_scaling` first when both are set, then `rope_parameters`.
-    for key in ("rope_scaling", "rope_parameters"):
-        params = d.get(key)
-        if params is not None and not isinstance(params, dict):
-            raise CheckpointError(f"{source}: {key} must be an object or null, got {params!r}")
-        if params:
-            break
-    else:
-        key, params = "rope_parameters", {}
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise CheckpointError(
-            f"{source}: unsupported {key}.rope_type {rope_type!r} (only plain RoPE is supported)"
-        )
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise CheckpointError(
-            f"{source}: unsupported {key}.partial_rotary_factor "
-            f"{params['partial_rotary_factor']!r} (only full-head RoPE is supported)"
-        )
-    theta = params.get("rope_theta", d.get("rope_theta"))
-    if theta is None:
-        theta = 10000.0  # transformers' default when the key is absent
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool):
-        raise CheckpointError(f"{source}: rope_theta must be a number, got {theta!r}")
-    return _float(theta, "rope_theta", source)
-
-
-def _float(value: int | float, key: str, source: str) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # an integer beyond float range (JSON has no size limit)
-        raise CheckpointError(f"{source}: {key} is out of range for a float") from None

@@ -1,4 +1,4 @@
-"""Checkpoint directory -> `Qwen3Weights` on a device, one tensor at a time.
+"""Checkpoint directory -> `ModelWeights` on a device, one tensor at a time (any family).
 
     cfg, weights = load_model(path, device="cuda", dtype=torch.bfloat16)
     weights = load_weights(path, cfg, device="cuda", dtype=torch.bfloat16)
@@ -26,10 +26,10 @@ import torch
 
 from evokernel.errors import ConfigError
 from evokernel.model.checkpoint import Checkpoint, inspect_checkpoint
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.model.finite import FiniteCheck
 from evokernel.model.safetensors_io import Header, TensorEntry, TensorMap
-from evokernel.model.weights import HF_TENSOR_MAP, LayerWeights, Qwen3Weights
+from evokernel.model.weights import HF_TENSOR_MAP, LayerWeights, ModelWeights, hf_shapes
 
 LOAD_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
@@ -42,18 +42,18 @@ def load_model(
     model_dir: str | Path,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.bfloat16,
-) -> tuple[Qwen3Config, Qwen3Weights]:
+) -> tuple[ModelConfig, ModelWeights]:
     """Read the config (eos ids merged from generation_config.json) and load the weights."""
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     return cfg, load_weights(model_dir, cfg, device, dtype)
 
 
 def load_weights(
     model_dir: str | Path,
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.bfloat16,
-) -> Qwen3Weights:
+) -> ModelWeights:
     """Check the checkpoint in `model_dir` against `cfg`, then copy it to `device` as `dtype`."""
     dt = resolve_dtype(dtype)
     ckpt = inspect_checkpoint(model_dir, cfg)
@@ -77,8 +77,8 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def _allocate(
-    cfg: Qwen3Config, device: torch.device, dtype: torch.dtype, tied: bool
-) -> Qwen3Weights:
+    cfg: ModelConfig, device: torch.device, dtype: torch.dtype, tied: bool
+) -> ModelWeights:
     H, inter, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
 
     def empty(*shape: int) -> torch.Tensor:
@@ -89,8 +89,9 @@ def _allocate(
         LayerWeights(
             input_norm=empty(H),
             qkv_proj=empty(cfg.q_size + 2 * cfg.kv_size, H),
-            q_norm=empty(D),
-            k_norm=empty(D),
+            qkv_bias=empty(cfg.q_size + 2 * cfg.kv_size) if cfg.qkv_bias else None,
+            q_norm=empty(D) if cfg.qk_norm else None,
+            k_norm=empty(D) if cfg.qk_norm else None,
             o_proj=empty(H, cfg.q_size),
             post_attn_norm=empty(H),
             gate_up_proj=empty(2 * inter, H),
@@ -99,17 +100,20 @@ def _allocate(
         for _ in range(cfg.num_hidden_layers)
     ]
     lm_head = embed if tied else empty(cfg.vocab_size, H)
-    return Qwen3Weights(embed_tokens=embed, layers=layers, final_norm=empty(H), lm_head=lm_head)
+    return ModelWeights(embed_tokens=embed, layers=layers, final_norm=empty(H), lm_head=lm_head)
 
 
-def _destinations(cfg: Qwen3Config, w: Qwen3Weights, tied: bool) -> dict[str, torch.Tensor]:
+def _destinations(cfg: ModelConfig, w: ModelWeights, tied: bool) -> dict[str, torch.Tensor]:
     """HF tensor name -> the slice of `w` it fills (a view, so copying into it fills `w`)."""
     q, kv, inter = cfg.q_size, cfg.kv_size, cfg.intermediate_size
     rows = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
     rows |= {"gate": (0, inter), "up": (inter, 2 * inter)}
     out: dict[str, torch.Tensor] = {}
+    needed = hf_shapes(cfg)
     for pattern, (field, part) in HF_TENSOR_MAP.items():
         if pattern == "lm_head.weight" and tied:
+            continue
+        if "{i}" in pattern and pattern.format(i=0) not in needed:  # not in this family
             continue
         holders: list[tuple[str, object]]
         if "{i}" in pattern:

@@ -61,7 +61,7 @@ import torch
 
 from evokernel.errors import CheckpointError, ConfigError
 from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE
-from evokernel.model.config import CONFIG_LAYOUTS, GENERATION_CONFIG, Qwen3Config
+from evokernel.model.config import CONFIG_LAYOUTS, GENERATION_CONFIG, ModelConfig
 from evokernel.model.loader import resolve_dtype
 from evokernel.model.presets import MIN_VOCAB, PRESETS, special_token_ids
 from evokernel.model.safetensors_io import TensorSpec, read_header, write_file
@@ -91,7 +91,7 @@ MAX_LAYERS = 10_000
 @dataclass(frozen=True)
 class WriteOptions:
     shards: int = 1
-    layout: str = "transformers5"  # or "legacy": config.json layout (see Qwen3Config.to_hf_dict)
+    layout: str = "transformers5"  # or "legacy": config.json layout (see ModelConfig.to_hf_dict)
     tokenizer: bool = True
     generation_eos: tuple[int, ...] = ()
 
@@ -105,7 +105,7 @@ def write_random_checkpoint(
 ) -> Path:
     """Write a random checkpoint of `preset`'s shapes (with `overrides`) to `out_dir`.
 
-    overrides: any `Qwen3Config` field, or `layers`, `heads`, `kv_heads`, `hidden`,
+    overrides: any `ModelConfig` field, or `layers`, `heads`, `kv_heads`, `hidden`,
     `intermediate`, `vocab`; `untied=True`; `shards=N`; `layout="transformers5" | "legacy"`;
     `tokenizer=False` to skip the tokenizer files.
     """
@@ -201,7 +201,7 @@ def _random_tensor(
 
 def resolve_options(
     preset: str, dtype: str, overrides: dict[str, Any]
-) -> tuple[Qwen3Config, WriteOptions]:
+) -> tuple[ModelConfig, WriteOptions]:
     """The config and write options `write_random_checkpoint` would use (nothing is written)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
@@ -214,7 +214,7 @@ def resolve_options(
         fields["tie_word_embeddings"] = False
     for key, value in rest.items():
         key = ALIASES.get(key, key)
-        if key not in Qwen3Config.__dataclass_fields__:
+        if key not in ModelConfig.__dataclass_fields__:
             raise ConfigError(f"unknown override {key!r} for a random checkpoint")
         fields[key] = value
     if not isinstance(shards, int) or shards < 1:
@@ -234,14 +234,14 @@ def resolve_options(
     fields.setdefault("bos_token_id", eot)
     fields.setdefault("eos_token_ids", (im_end,))
     try:
-        cfg = Qwen3Config(**fields)
+        cfg = ModelConfig(**fields)
     except CheckpointError as err:
         raise ConfigError(f"preset {preset!r}: {str(err).removeprefix('config: ')}") from None
     gen_eos = (*cfg.eos_token_ids, *((eot,) if eot not in cfg.eos_token_ids else ()))
     return cfg, WriteOptions(shards, layout, tokenizer, gen_eos)
 
 
-def init_stats(name: str, cfg: Qwen3Config) -> tuple[float, float]:
+def init_stats(name: str, cfg: ModelConfig) -> tuple[float, float]:
     """(mean, std) of the normal distribution tensor `name` is drawn from (module docstring)."""
     H, inter, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     block_rms = BLOCKS_TO_EMBED * (2 * L * H) ** -0.5

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import torch
 
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs.format import BASELINE, Pack, PackEntry, TaskTable
 
 CONFIRM_STEPS = 32
@@ -51,7 +51,7 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     from evokernel.packs.write import save_pack
 
     out = stream or sys.stdout
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     todo = [
         (name, i)
         for name, table in pack.tasks.items()

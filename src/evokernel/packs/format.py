@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from evokernel.errors import EvokernelError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 
 FORMAT = "evokernel-pack"
 FORMAT_VERSION = 1
@@ -165,7 +165,7 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
 
 
-def shape_key(cfg: Qwen3Config, dtype: torch.dtype | str) -> dict[str, Any]:
+def shape_key(cfg: ModelConfig, dtype: torch.dtype | str) -> dict[str, Any]:
     """The model shape a pack is for: the layer's shapes and the dtype it runs in."""
     return {**{k: getattr(cfg, k) for k in SHAPE_KEYS}, "dtype": dtype_name(dtype)}
 

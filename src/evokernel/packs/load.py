@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs.format import (
     DTYPES,
     FORMAT,
@@ -39,7 +39,7 @@ from evokernel.packs.format import (
 
 
 def load_pack(
-    path: str | Path, cfg: Qwen3Config, device: str, dtype: torch.dtype | str | None = None
+    path: str | Path, cfg: ModelConfig, device: str, dtype: torch.dtype | str | None = None
 ) -> Pack:
     """The pack in directory `path`, checked against the checkpoint `cfg`, this machine's
     `device` ("cuda" | "cpu") and, when given, the engine's `dtype`."""

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TextIO
 
 from evokernel.errors import ConfigError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs.format import RUNS_DIR, Pack, safe_name
 
 
-def engine_tasks(cfg: Qwen3Config) -> list[str]:
+def engine_tasks(cfg: ModelConfig) -> list[str]:
     """The kernel tasks whose winners the engine can run, at `cfg`'s shapes."""
     from evokernel.tasks.decode_layer.task import decode_layer_name
 
@@ -77,7 +77,7 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
         raise ConfigError(f"--iterations must be in [0, {MAX_ITERATIONS}], got {req.iterations}")
     if req.budget_minutes is not None and not 0 < req.budget_minutes * 60 <= MAX_SECONDS:
         raise ConfigError(f"--budget-minutes must be in (0, {MAX_SECONDS / 60:g}]")
-    cfg = Qwen3Config.from_dir(req.model_dir)
+    cfg = ModelConfig.from_dir(req.model_dir)
     search_cfg = load_config(req.config)
     device = devices.resolve(req.device)
     devices.prepare(device)
@@ -102,7 +102,7 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
     return TuneOutcome(pack, runs)
 
 
-def _same_pack(out: Path, cfg: Qwen3Config, device: str) -> None:
+def _same_pack(out: Path, cfg: ModelConfig, device: str) -> None:
     """Refuse a PACK_DIR whose pack.json was tuned on another GPU model or for another model
     shape: its runs' timings would mix with this machine's, or its programs not fit."""
     from evokernel.packs.format import PACK_FILE, PackError

@@ -36,7 +36,7 @@ import torch
 
 from evokernel import __version__
 from evokernel.errors import EvokernelError
-from evokernel.model.config import Qwen3Config
+from evokernel.model.config import ModelConfig
 from evokernel.packs.format import (
     BASELINE,
     PACK_FILE,
@@ -98,7 +98,7 @@ def _program(row: Mapping[str, Any] | None) -> str:
 
 def write_pack(
     run_dirs: Path | str | Sequence[Path | str],
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     out_dir: Path | str,
     device: str,
     scenarios: Mapping[str, Sequence[Scenario]] | None = None,

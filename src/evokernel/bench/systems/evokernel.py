@@ -22,7 +22,7 @@ import torch
 from evokernel.bench.systems.base import inference, right_sized
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.ops.sampling import GREEDY
 
 
@@ -42,7 +42,7 @@ class EvokernelSystem:
         self.ops = ops or ("triton" if device == "cuda" else "torch")
         self.kernels = kernels
         self.name = "evokernel" if kernels is None else "evokernel_pack"
-        self.model: Qwen3Model | None = load_engine(
+        self.model: DecoderModel | None = load_engine(
             model_dir, device, dtype, self.ops, kernels=kernels
         )
         self.graph = device == "cuda"
@@ -68,7 +68,7 @@ class EvokernelSystem:
 
 
 class _Session:
-    def __init__(self, model: Qwen3Model, prompt: list[int], cache_len: int, graph: bool) -> None:
+    def __init__(self, model: DecoderModel, prompt: list[int], cache_len: int, graph: bool) -> None:
         dev = model.device
         self.model = model
         self.cache_len: int | None = cache_len

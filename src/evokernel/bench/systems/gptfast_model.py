@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evokernel.model.config import Qwen3Config
-from evokernel.model.weights import Qwen3Weights
+from evokernel.model.config import ModelConfig
+from evokernel.model.weights import ModelWeights
 
 
 @dataclass
@@ -39,7 +39,7 @@ class KVCache:
 
     @classmethod
     def allocate(
-        cls, cfg: Qwen3Config, length: int, device: torch.device, dtype: torch.dtype
+        cls, cfg: ModelConfig, length: int, device: torch.device, dtype: torch.dtype
     ) -> KVCache:
         shape = (1, cfg.num_key_value_heads, length, cfg.head_dim)
         n = cfg.num_hidden_layers
@@ -74,7 +74,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: Qwen3Config, wqkv: torch.Tensor, wo: torch.Tensor, q_norm, k_norm):
+    def __init__(self, cfg: ModelConfig, wqkv: torch.Tensor, wo: torch.Tensor, q_norm, k_norm):
         super().__init__()
         self.wqkv = _param(wqkv)  # [(Hq + 2 Hkv) D, H]
         self.wo = _param(wo)  # [H, Hq D]
@@ -139,7 +139,7 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: Qwen3Config, layer) -> None:
+    def __init__(self, cfg: ModelConfig, layer) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(layer.input_norm, cfg.rms_norm_eps)
         self.attention = Attention(cfg, layer.qkv_proj, layer.o_proj, layer.q_norm, layer.k_norm)
@@ -152,7 +152,7 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: Qwen3Config, weights: Qwen3Weights) -> None:
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = _param(weights.embed_tokens)  # [V, H]
@@ -166,7 +166,7 @@ class Transformer(nn.Module):
         self.register_buffer("sin_table", sin, persistent=False)
 
     @classmethod
-    def from_weights(cls, cfg: Qwen3Config, weights: Qwen3Weights) -> Transformer:
+    def from_weights(cls, cfg: ModelConfig, weights: ModelWeights) -> Transformer:
         return cls(cfg, weights).eval()
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -179,7 +179,7 @@ class Transformer(nn.Module):
         return F.linear(self.norm(x[:, -1]), self.output).float()
 
 
-def rope_tables(cfg: Qwen3Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [max_position_embeddings, D] float32, computed as transformers computes them."""
     D = cfg.head_dim
     exponent = torch.arange(0, D, 2, dtype=torch.int64, device=device).float() / D

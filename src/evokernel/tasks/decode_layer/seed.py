@@ -1,6 +1,6 @@
 """Seed candidate for `decode_layer`: the engine's own decode layer (its fused Triton kernels,
 kernels/gemv.py, kernels/attention.py, kernels/overlap.py, launched as ops/decode.py does) in
-one file. Five launches per layer, in `Qwen3Model._decode_layers`' order:
+one file. Five launches per layer, in `DecoderModel._decode_layers`' order:
 
   1. `_norm_gemv`      qkv = W_qkv @ rms_norm(h)                         [B, (Hq + 2 Hkv) D]
   2. `_attention`      per kv head: q/k RMSNorm + RoPE at positions[b], K and V written to the

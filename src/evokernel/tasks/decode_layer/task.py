@@ -1,5 +1,5 @@
 """The `decode_layer` task: one Qwen3 decoder layer's decode step, as the engine runs it
-(`Qwen3Model._decode_layers`, one loop iteration), at one model shape.
+(`DecoderModel._decode_layers`, one loop iteration), at one model shape.
 
 Names: `decode_layer` is Qwen3-0.6B (H 1024, 16:8 heads, D 128, I 3072);
 `decode_layer@H2048-Hq16-Hkv8-D128-I6144` names another shape (`task(spec)`), and
@@ -51,7 +51,7 @@ from evokernel.tasks.decode_layer import scenarios as _scenarios
 from evokernel.tasks.decode_layer.scenarios import QWEN3_06B, Shape
 
 if TYPE_CHECKING:
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import ModelConfig
 
 NAME = "decode_layer"
 SEED = Path(__file__).with_name("seed.py")  # the seed candidate, loaded by path
@@ -153,7 +153,7 @@ def parse_shape(spec: str) -> Shape:
     return shape
 
 
-def shape_of(cfg: Qwen3Config) -> Shape:
+def shape_of(cfg: ModelConfig) -> Shape:
     return Shape(
         H=cfg.hidden_size,
         Hq=cfg.num_attention_heads,
@@ -163,7 +163,7 @@ def shape_of(cfg: Qwen3Config) -> Shape:
     )
 
 
-def decode_layer_name(cfg: Qwen3Config) -> str:
+def decode_layer_name(cfg: ModelConfig) -> str:
     """The task name for a checkpoint's layer shape: `decode_layer` for Qwen3-0.6B's, else
     `decode_layer@H..-Hq..-Hkv..-D..-I..`. TaskError when the interface cannot take it."""
     shape = shape_of(cfg)

@@ -37,17 +37,17 @@ from __future__ import annotations
 import torch
 
 from evokernel.engine.cache import KVCache
-from evokernel.model.config import Qwen3Config
-from evokernel.model.weights import Qwen3Weights
+from evokernel.model.config import ModelConfig
+from evokernel.model.weights import ModelWeights
 from evokernel.ops.registry import OpSet
 from evokernel.ops.rope import rope_table
 
 
-class Qwen3Model:
+class DecoderModel:
     """Weights + op set + RoPE tables for positions 0..max_seq_len-1."""
 
     def __init__(
-        self, cfg: Qwen3Config, weights: Qwen3Weights, ops: OpSet, max_seq_len: int | None = None
+        self, cfg: ModelConfig, weights: ModelWeights, ops: OpSet, max_seq_len: int | None = None
     ) -> None:
         assert len(weights.layers) == cfg.num_hidden_layers, "weights do not match the config"
         self.cfg = cfg
