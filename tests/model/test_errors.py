@@ -99,6 +99,15 @@ def _config_not_json(d: Path) -> None:
 
 
 def _model_type(d: Path) -> None:
+    edit_json(d / "config.json", model_type="gemma2")
+
+
+def _moe(d: Path) -> None:
+    edit_json(d / "config.json", model_type="qwen3_moe")
+
+
+def _llama_without_qk_norm(d: Path) -> None:
+    """A qwen3 checkpoint relabelled llama: its q/k norm tensors have no place in a llama."""
     edit_json(d / "config.json", model_type="llama")
 
 
@@ -107,7 +116,11 @@ def _rope_scaling(d: Path) -> None:
 
 
 def _rope_parameters(d: Path) -> None:
-    edit_json(d / "config.json", rope_parameters={"rope_type": "linear", "factor": 2.0})
+    edit_json(d / "config.json", rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+
+
+def _rope_llama3_incomplete(d: Path) -> None:
+    edit_json(d / "config.json", rope_parameters={"rope_type": "llama3", "factor": 8.0})
 
 
 def _sliding_window(d: Path) -> None:
@@ -173,9 +186,25 @@ CASES: dict[str, tuple[Callable[[Path], None], dict[str, object], str]] = {
     "index not json": (_index_not_json, {"shards": 2}, "index.json: not valid JSON"),
     "no weights": (_no_weights, {}, "no model.safetensors or model.safetensors.index.json"),
     "config not json": (_config_not_json, {}, "config.json: not valid JSON"),
-    "model type": (_model_type, {}, "unsupported model_type 'llama' (supported: qwen3)"),
+    "model type": (
+        _model_type,
+        {},
+        "unsupported model_type 'gemma2' (gemma's norm offset, soft-capping and sliding windows "
+        "are not supported); supported: llama, mistral, qwen2, qwen3",
+    ),
+    "moe": (_moe, {}, "unsupported model_type 'qwen3_moe' (mixture-of-experts layers"),
+    "family's tensors": (
+        _llama_without_qk_norm,
+        {},
+        "unexpected tensor 'model.layers.0.self_attn.q_norm.weight'",
+    ),
     "rope scaling": (_rope_scaling, {}, "unsupported rope_scaling.rope_type 'yarn'"),
-    "rope parameters": (_rope_parameters, {}, "unsupported rope_parameters.rope_type 'linear'"),
+    "rope parameters": (_rope_parameters, {}, "unsupported rope_parameters.rope_type 'dynamic'"),
+    "rope llama3 incomplete": (
+        _rope_llama3_incomplete,
+        {},
+        "rope_parameters: rope scaling (llama3) needs finite positive factor, low_freq_factor",
+    ),
     "sliding window": (_sliding_window, {}, "use_sliding_window=true is not supported"),
     "sliding layer": (_sliding_layer, {}, "layer_types[1] is 'sliding_attention'"),
     "untied without head": (

@@ -51,7 +51,7 @@ def test_loads_what_transformers_loads(variant: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_loads_what_transformers_saves(tied: bool, tmp_path: Path) -> None:
-    from transformers import ModelConfig as HFConfig
+    from transformers import Qwen3Config as HFConfig
     from transformers import Qwen3ForCausalLM
 
     hf_cfg = HFConfig(

@@ -56,7 +56,7 @@ def test_to_hf_dict_round_trips(layout: str) -> None:
 
 
 def test_absent_keys_take_transformers_defaults() -> None:
-    from transformers import ModelConfig as HFConfig
+    from transformers import Qwen3Config as HFConfig
 
     d: dict[str, Any] = {
         "model_type": "qwen3",

@@ -25,7 +25,6 @@ cache holds random values (never time on zeros). Prints a table; writes JSON (--
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from evokernel.model.weights import weight_nbytes
 
 
 def _triton_short(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -174,12 +175,13 @@ class Bench:
             t.normal_()
         self.copy_gbps = copy_gbps()
         w = self.model.weights
+        nb = weight_nbytes
         self.layer_bytes = {
-            "qkv": sum(lw.qkv_proj.nbytes + lw.input_norm.nbytes for lw in w.layers),
-            "o_proj": sum(lw.o_proj.nbytes for lw in w.layers),
-            "gate_up": sum(lw.gate_up_proj.nbytes + lw.post_attn_norm.nbytes for lw in w.layers),
-            "down": sum(lw.down_proj.nbytes for lw in w.layers),
-            "head": w.lm_head.nbytes + w.final_norm.nbytes,
+            "qkv": sum(nb(lw.qkv_proj) + lw.input_norm.nbytes for lw in w.layers),
+            "o_proj": sum(nb(lw.o_proj) for lw in w.layers),
+            "gate_up": sum(nb(lw.gate_up_proj) + lw.post_attn_norm.nbytes for lw in w.layers),
+            "down": sum(nb(lw.down_proj) for lw in w.layers),
+            "head": nb(w.lm_head) + w.final_norm.nbytes,
         }
         self.weight_bytes = sum(self.layer_bytes.values())
         self.kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
@@ -192,7 +194,7 @@ class Bench:
         from evokernel.ops.registry import OpSet, pdl_supported
 
         pdl = overrides.get("pdl", pdl_supported())
-        tuning = dataclasses.replace(DEFAULT, **{k: v for k, v in overrides.items() if k != "pdl"})
+        tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k != "pdl"})
         ops = OpSet.triton(pdl=pdl, tuning=tuning)
         self.model.ops = ops
         stages = self._stages(ops)
@@ -212,7 +214,7 @@ class Bench:
         return {
             "name": name,
             "pdl": pdl,
-            "tuning": dataclasses.asdict(tuning),
+            "tuning": tuning._asdict(),
             "stages": stages,
             "steps": steps,
         }
@@ -244,7 +246,8 @@ class Bench:
         def stage_fns(layers: list[Any]) -> dict[str, Callable[[], object]]:
             return {
                 "qkv": lambda: [
-                    ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps) for lw in layers
+                    ops.norm_linear(h, lw.input_norm, lw.qkv_proj, eps, lw.qkv_bias)
+                    for lw in layers
                 ],
                 "attention": lambda: self._attend(ops, qkv, pos, lens, bound, layers),
                 "o_proj": lambda: [ops.linear_residual(attn, lw.o_proj, h) for lw in layers],

@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset",
         choices=tuple(PRESETS),
         default="qwen3-0.6b",
-        help="model shapes (default: qwen3-0.6b; tiny is for CPU tests)",
+        help="model family and shapes (default: qwen3-0.6b; tiny, tiny-qwen2 and tiny-llama "
+        "are for CPU tests)",
     )
     r.add_argument("--seed", default=0, metavar="N", help="weights seed in [0, 2**63) (default 0)")
     r.add_argument(
@@ -162,13 +163,19 @@ def run_info(args: argparse.Namespace) -> int:
     files = ", ".join(s["shards"]) + (f" (index {s['index']})" if s["index"] else "")
     print(f"checkpoint  {s['model_dir']}")
     print(
-        f"model       qwen3: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
-        f"intermediate {s['intermediate_size']}, vocab {s['vocab_size']}"
+        f"model       {s['model_type']}: {s['num_hidden_layers']} layers, "
+        f"hidden {s['hidden_size']}, intermediate {s['intermediate_size']}, vocab {s['vocab_size']}"
     )
     print(
         f"attention   {s['num_attention_heads']} q heads, {s['num_key_value_heads']} kv heads "
         f"(GQA {s['gqa_ratio']}:1), head_dim {s['head_dim']}, rope theta {s['rope_theta']:g}, "
         f"rms eps {s['rms_norm_eps']:g}, max positions {s['max_position_embeddings']}"
+    )
+    scaling = s["rope_scaling"]
+    print(
+        f"family      q/k/v bias {'yes' if s['qkv_bias'] else 'no'}, q/k norm "
+        f"{'yes' if s['qk_norm'] else 'no'}, rope scaling "
+        + (f"{scaling['rope_type']} x{scaling['factor']:g}" if scaling else "none")
     )
     print(
         f"weights     {s['num_parameters'] / 1e6:.1f}M parameters, "

@@ -1,9 +1,13 @@
-"""The Qwen3 forward pass as a fixed sequence of named ops (wiring only; numerics live in ops/).
+"""The decoder forward pass as a fixed sequence of named ops (wiring only; numerics live in ops/).
+
+One class for every family of model/families.py: what differs (q/k/v biases, q/k norms, the
+RoPE rule, a tied head) is in the `ModelConfig` and the typed `LayerWeights`, whose absent
+parts are None and are passed on as such; the ops take them as switches.
 
 Prefill, per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
 
   normed                       [N, H]   rms_norm(h, input_norm)   (fused into the previous add)
-  qkv    = linear(normed, qkv_proj)                      [N, (Hq+2Hkv)*D]
+  qkv    = linear(normed, qkv_proj, qkv_bias)            [N, (Hq+2Hkv)*D]
   q      = qk_norm_rope_append(qkv, ...)                 [B, T, Hq, D]; K, V -> cache at positions
   attn   = prefill_attention                             [B, T, Hq, D]
   o      = linear(attn, o_proj)                          [N, H]
@@ -14,11 +18,11 @@ Prefill, per layer, for N = B*T tokens (H hidden, D head_dim, I intermediate):
 then logits(normed, lm_head) -> [B, V] float32 at each sequence's last real token.
 
 Decode (one token per sequence at its own position, B rows) carries the residual stream h
-[B, H] un-normalised and calls one op per layer, `h = decode_layer(h, <the layer's weights>,
-cos, sin, positions, K, V, seq_lens, scale, eps, max_len)`, which by default is the five fused
-ops (ops/compose.py):
+[B, H] un-normalised and calls one op per layer, `h = decode_layer(h, **layer.kwargs(), cos=,
+sin=, positions=, k_cache=, v_cache=, seq_lens=, scale=, eps=, max_len=)`, which by default is
+the five fused ops (ops/compose.py):
 
-  qkv  = norm_linear(h, input_norm, qkv_proj)
+  qkv  = norm_linear(h, input_norm, qkv_proj, eps, qkv_bias)
   attn = decode_attention_qkv(qkv, q_norm, k_norm, cos, sin, positions, K, V, seq_lens, ...)
   linear_residual(attn, o_proj, h)                       h += o_proj(attn)
   act  = norm_gate_up_silu(h, post_attn_norm, gate_up_proj)
@@ -46,6 +50,9 @@ from evokernel.ops.rope import rope_table
 class DecoderModel:
     """Weights + op set + RoPE tables for positions 0..max_seq_len-1."""
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(
         self, cfg: ModelConfig, weights: ModelWeights, ops: OpSet, max_seq_len: int | None = None
     ) -> None:
@@ -55,7 +62,7 @@ class DecoderModel:
         self.ops = ops
         self.max_seq_len = max_seq_len or cfg.max_position_embeddings
         self.cos, self.sin = rope_table(
-            cfg.head_dim, cfg.rope_theta, self.max_seq_len, weights.device
+            cfg.head_dim, cfg.rope_theta, self.max_seq_len, weights.device, cfg.rope_scaling
         )  # [P, D/2] float32 each
         self.scale = cfg.head_dim**-0.5
 
@@ -131,23 +138,16 @@ class DecoderModel:
         for i, layer in enumerate(w.layers):
             h = ops.decode_layer(
                 h,
-                layer.input_norm,
-                layer.qkv_proj,
-                layer.q_norm,
-                layer.k_norm,
-                layer.o_proj,
-                layer.post_attn_norm,
-                layer.gate_up_proj,
-                layer.down_proj,
-                self.cos,
-                self.sin,
-                positions,
-                cache.k[i],
-                cache.v[i],
-                seq_lens,
-                self.scale,
-                eps,
-                bound,
+                **layer.kwargs(),
+                cos=self.cos,
+                sin=self.sin,
+                positions=positions,
+                k_cache=cache.k[i],
+                v_cache=cache.v[i],
+                seq_lens=seq_lens,
+                scale=self.scale,
+                eps=eps,
+                max_len=bound,
             )  # fmt: skip  [B, H]
         return h
 
@@ -161,7 +161,7 @@ class DecoderModel:
         h = ops.embed(w.embed_tokens, ids.reshape(N))  # [N, H]
         normed = ops.rms_norm(h, w.layers[0].input_norm, eps)
         for i, layer in enumerate(w.layers):
-            qkv = ops.linear(normed, layer.qkv_proj)  # [N, (Hq+2Hkv)*D]
+            qkv = ops.linear(normed, layer.qkv_proj, layer.qkv_bias)  # [N, (Hq+2Hkv)*D]
             q = ops.qk_norm_rope_append(
                 qkv.view(B, T, -1), layer.q_norm, layer.k_norm, self.cos, self.sin,
                 positions, cache.k[i], cache.v[i], eps,

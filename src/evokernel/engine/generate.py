@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evokernel.engine.graph import runner_for
 from evokernel.engine.decoder import DecoderModel
+from evokernel.engine.graph import runner_for
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import GREEDY, SamplingParams
 

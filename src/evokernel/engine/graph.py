@@ -52,7 +52,9 @@ def context_buckets(max_seq_len: int) -> list[int]:
 class DecodeRunner:
     """Decode steps over `cache` (all B rows) from static buffers; see the module doc."""
 
-    def __init__(self, model: DecoderModel, cache: KVCache, *, use_graph: bool, greedy: bool) -> None:
+    def __init__(
+        self, model: DecoderModel, cache: KVCache, *, use_graph: bool, greedy: bool
+    ) -> None:
         B, device = cache.batch, cache.device
         assert not use_graph or device.type == "cuda", "CUDA graphs need a CUDA cache"
         self.model = model

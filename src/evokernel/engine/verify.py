@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
+from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
-from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import ConfigError, EvokernelError
 from evokernel.model.config import ModelConfig
 

@@ -23,11 +23,12 @@ the PDL wait (no operand layout conversions). Positions at or past seq_lens[b] a
 
 With FUSED the program also does what `qk_norm_rope_append` does for the decoded token: it
 reads q and k of its heads from the packed qkv projection [B, (Hq + 2 Hkv) * D], applies the
-per-head RMSNorm and RoPE at position positions[b], and the program whose chunk holds that
-position writes K and V to the cache. That program counts the new row apart, from registers
-(its score and value start the online softmax), and every tile skips the cache row at that
-position, so no program reads what another program of this launch writes. Without FUSED,
-q [B, Hq, D] is already normalised and rotated, and the cache is only read.
+per-head RMSNorm (QK_NORM: the families that have it, qwen3) and RoPE at position
+positions[b], and the program whose chunk holds that position writes K and V to the cache.
+That program counts the new row apart, from registers (its score and value start the online
+softmax), and every tile skips the cache row at that position, so no program reads what
+another program of this launch writes. Without FUSED, q [B, Hq, D] is already normalised and
+rotated, and the cache is only read.
 
 The first K/V tile is loaded before the PDL wait, and as it is used unchanged, Triton also
 converts it to the dot operands' layout there (the following tiles load at the top of the
@@ -46,16 +47,25 @@ from evokernel.kernels.overlap import pdl_enter
 
 
 @triton.jit
-def norm_rope(x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr):
-    """Per-row RMSNorm then RoPE, rounded as transformers rounds, on row halves.
+def norm_rope(
+    x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr, NORM: tl.constexpr
+):  # fmt: skip
+    """Per-row RMSNorm (NORM) then RoPE, rounded as transformers rounds, on row halves.
 
-    x1, x2 [R, D/2] float32 (the two halves of R heads), w1, w2 [D/2] float32 (norm weight
-    halves), c, s [D/2] float32 (cos/sin already rounded to the dtype). Returns the rotated
-    halves (o1, o2) in `dtype`:  o1 = y1*c - y2*s,  o2 = y2*c + y1*s,  y = rms_norm(x) * w."""
-    # One reduction over both halves: each is a chain of shuffles and block barriers.
-    rstd = tl.rsqrt(tl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps)
-    y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1[None, :]).to(dtype).to(tl.float32)
-    y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2[None, :]).to(dtype).to(tl.float32)
+    x1, x2 [R, D/2] float32 (the two halves of R heads, values of `dtype`), w1, w2 [D/2]
+    float32 (norm weight halves; unused without NORM), c, s [D/2] float32 (cos/sin already
+    rounded to the dtype). Returns the rotated halves (o1, o2) in `dtype`:
+    o1 = y1*c - y2*s,  o2 = y2*c + y1*s,  y = rms_norm(x) * w (NORM) or x."""
+    if NORM:
+        # One reduction over both halves: each is a chain of shuffles and block barriers.
+        rstd = tl.rsqrt(tl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps)
+        y1 = (x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1[None, :]
+        y2 = (x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2[None, :]
+        y1 = y1.to(dtype).to(tl.float32)
+        y2 = y2.to(dtype).to(tl.float32)
+    else:
+        y1 = x1
+        y2 = x2
     c2 = c[None, :]
     s2 = s[None, :]
     o1 = (y1 * c2).to(dtype).to(tl.float32) + (-y2 * s2).to(dtype).to(tl.float32)
@@ -123,8 +133,8 @@ def _tile(
 @triton.jit
 def attention_kernel(
     q_ptr,  # FUSED: packed qkv [B, (Hq + 2 Hkv) * D]; else q [B, Hq, D]
-    q_norm_ptr,  # [D] (FUSED)
-    k_norm_ptr,  # [D] (FUSED)
+    q_norm_ptr,  # [D] (FUSED and QK_NORM)
+    k_norm_ptr,  # [D] (FUSED and QK_NORM)
     cos_ptr,  # [P, D/2] float32 (FUSED)
     sin_ptr,  # [P, D/2] float32 (FUSED)
     pos_ptr,  # [B] int32: the decoded token's position (FUSED)
@@ -156,6 +166,7 @@ def attention_kernel(
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FUSED: tl.constexpr,
+    QK_NORM: tl.constexpr,  # FUSED: q and k RMS-normalised per head before RoPE
     DIRECT: tl.constexpr,
     TICKET: tl.constexpr,
     BLOCK_S: tl.constexpr,  # >= SPLIT (TICKET)
@@ -192,10 +203,13 @@ def attention_kernel(
         s = tl.load(sin_ptr + pos * HALF + offs_h, mask=in_table, other=0.0)
         c = c.to(dtype).to(tl.float32)
         s = s.to(dtype).to(tl.float32)
-        qw1 = tl.load(q_norm_ptr + offs_h).to(tl.float32)
-        qw2 = tl.load(q_norm_ptr + HALF + offs_h).to(tl.float32)
-        kw1 = tl.load(k_norm_ptr + offs_h).to(tl.float32)
-        kw2 = tl.load(k_norm_ptr + HALF + offs_h).to(tl.float32)
+        if QK_NORM:
+            qw1 = tl.load(q_norm_ptr + offs_h).to(tl.float32)
+            qw2 = tl.load(q_norm_ptr + HALF + offs_h).to(tl.float32)
+            kw1 = tl.load(k_norm_ptr + offs_h).to(tl.float32)
+            kw2 = tl.load(k_norm_ptr + HALF + offs_h).to(tl.float32)
+        else:
+            qw1 = qw2 = kw1 = kw2 = c  # unused
 
     pdl_enter(PDL)
 
@@ -211,10 +225,10 @@ def attention_kernel(
         vn_lo = tl.load(v_row).to(dtype)[None, :]
         vn_hi = tl.load(v_row + HALF).to(dtype)[None, :]
         q_lo, q_hi = norm_rope(q_lo.to(tl.float32), q_hi.to(tl.float32), qw1, qw2, c, s, eps, D,
-                               dtype)  # fmt: skip
+                               dtype, QK_NORM)  # fmt: skip
         q_lo = tl.where(in_group[:, None], q_lo, 0.0).to(dtype)
         q_hi = tl.where(in_group[:, None], q_hi, 0.0).to(dtype)
-        kn_lo, kn_hi = norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype)  # [1, HALF] each
+        kn_lo, kn_hi = norm_rope(k1, k2, kw1, kw2, c, s, eps, D, dtype, QK_NORM)  # [1, HALF]
         holds = (start <= pos) & (pos < end)  # this chunk holds the new row
         owner = holds & (pos < S) & in_table
         k_dst = k_base + pos.to(tl.int64) * stride_ks + offs_h[None, :]

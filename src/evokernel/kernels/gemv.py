@@ -10,7 +10,7 @@ y[m, n] = sum_k W[n, k] * x[m, k] on the CUDA cores in float32 for each of the M
 rows. Weights are loaded with `evict_first`: they are read once per step and must not push the
 activations out of L2.
 
-  norm_gemv_kernel      y = W @ rms_norm(x)                      (qkv projection)
+  norm_gemv_kernel      y = W @ rms_norm(x) (+ bias)             (qkv projection)
   gemv_add_kernel       res += W @ x, in place                   (o_proj, down_proj + residual)
   norm_gate_up_kernel   act = silu(Wg @ n) * (Wu @ n), n = rms_norm(x)   (gate/up + SiLU-mul)
   norm_head_kernel      round(W @ rms_norm(x)) (final norm + lm_head): the logits, and/or each
@@ -19,9 +19,13 @@ activations out of L2.
   argmax_finish_kernel  the token from the key, the key reset to 0; optionally advances the
                         step's positions and seq_lens (the decode step's last kernel)
 
-Rounding follows transformers' Qwen3 in the model dtype: the norm rounds to the dtype before and
-after its weight, every projection output is rounded, the residual sum is rounded, SiLU rounds
-and the product rounds. Greedy argmax compares the logits rounded to the model dtype (what the
+These are the one-row-at-a-time kernels (CUDA cores; each row's products in registers against
+the program's weight tile); batches of rows go to kernels/rows.py's tensor-core kernel.
+
+Rounding follows transformers in the model dtype: the norm rounds to the dtype before and
+after its weight, every projection output is rounded (a bias is added before that rounding,
+as cuBLAS's epilogue adds it), the residual sum is rounded, SiLU rounds and the product
+rounds. Greedy argmax compares the logits rounded to the model dtype (what the
 reference's lm_head returns), with ties going to the lowest id.
 
 Every kernel with PDL=True calls gdc_wait() before it reads anything an earlier kernel wrote and
@@ -69,6 +73,7 @@ def norm_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] RMSNorm weight (NORM only)
     w_ptr,  # [N, K]
+    bias_ptr,  # [N] (HAS_BIAS only)
     y_ptr,  # [M, N]
     M,
     N,
@@ -81,17 +86,22 @@ def norm_gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     w = _weight_tile(w_ptr, rows, N, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, NORM)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
     for m in tl.static_range(BLOCK_M):
         if m < M:
             x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
             y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+            if HAS_BIAS:
+                y += bias
             tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -130,10 +140,10 @@ def gemv_add_kernel(
 def norm_gate_up_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K]
-    w_ptr,  # [2I, K]: gate rows 0..I-1, up rows I..2I-1
-    act_ptr,  # [M, I] out: silu(gate) * up
+    w_ptr,  # [2 INTER, K]: gate rows 0..INTER-1, then up rows
+    act_ptr,  # [M, INTER] out: silu(gate) * up
     M,
-    I,
+    INTER,
     stride_x,
     stride_w,
     stride_act,
@@ -146,8 +156,8 @@ def norm_gate_up_kernel(
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
-    wg = _weight_tile(w_ptr, rows, I, stride_w, K, BLOCK_K)
-    wu = _weight_tile(w_ptr + I * stride_w, rows, I, stride_w, K, BLOCK_K)
+    wg = _weight_tile(w_ptr, rows, INTER, stride_w, K, BLOCK_K)
+    wu = _weight_tile(w_ptr + INTER * stride_w, rows, INTER, stride_w, K, BLOCK_K)
     norm_w = _norm_weight(norm_ptr, cols, K, True)
     pdl_enter(PDL)
     dtype = act_ptr.dtype.element_ty
@@ -157,7 +167,7 @@ def norm_gate_up_kernel(
             g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             u = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
-            tl.store(act_ptr + m * stride_act + rows, (s * u).to(dtype), mask=rows < I)
+            tl.store(act_ptr + m * stride_act + rows, (s * u).to(dtype), mask=rows < INTER)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Fused per-head q/k RMSNorm + RoPE + KV-cache append, straight from the packed qkv output.
+"""Fused per-head q/k RMSNorm (QK_NORM) + RoPE + KV-cache append, from the packed qkv output.
 
 Grid (B*T,): program tok = b*T + t handles every head of its token as a [BLOCK_H, D/2] tile
 per half (head rows 0..Hq-1 are q heads, Hq..Hq+Hkv-1 are k heads; padding rows are masked):
@@ -20,8 +20,8 @@ import triton.language as tl
 @triton.jit
 def qk_norm_rope_append_kernel(
     qkv_ptr,  # [B*T, (Hq + 2*Hkv) * D]
-    q_norm_ptr,  # [D]
-    k_norm_ptr,  # [D]
+    q_norm_ptr,  # [D] (QK_NORM)
+    k_norm_ptr,  # [D] (QK_NORM)
     cos_ptr,  # [P, D/2] float32
     sin_ptr,  # [P, D/2] float32
     pos_ptr,  # [B*T] int32
@@ -38,6 +38,7 @@ def qk_norm_rope_append_kernel(
     D: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
+    QK_NORM: tl.constexpr,
 ):
     HALF: tl.constexpr = D // 2
     tok = tl.program_id(0).to(tl.int64)
@@ -57,16 +58,19 @@ def qk_norm_rope_append_kernel(
     x1 = tl.load(src, mask=tile, other=0.0).to(tl.float32)
     x2 = tl.load(src + HALF, mask=tile, other=0.0).to(tl.float32)
 
-    # Per-head RMSNorm: q rows use q_norm, k rows use k_norm.
-    wq1 = tl.load(q_norm_ptr + offs, mask=in_half, other=0.0).to(tl.float32)
-    wq2 = tl.load(q_norm_ptr + HALF + offs, mask=in_half, other=0.0).to(tl.float32)
-    wk1 = tl.load(k_norm_ptr + offs, mask=in_half, other=0.0).to(tl.float32)
-    wk2 = tl.load(k_norm_ptr + HALF + offs, mask=in_half, other=0.0).to(tl.float32)
-    w1 = tl.where(is_q[:, None], wq1[None, :], wk1[None, :])
-    w2 = tl.where(is_q[:, None], wq2[None, :], wk2[None, :])
-    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)  # [BLOCK_H]
-    y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
-    y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    if QK_NORM:  # per-head RMSNorm: q rows use q_norm, k rows use k_norm
+        wq1 = tl.load(q_norm_ptr + offs, mask=in_half, other=0.0).to(tl.float32)
+        wq2 = tl.load(q_norm_ptr + HALF + offs, mask=in_half, other=0.0).to(tl.float32)
+        wk1 = tl.load(k_norm_ptr + offs, mask=in_half, other=0.0).to(tl.float32)
+        wk2 = tl.load(k_norm_ptr + HALF + offs, mask=in_half, other=0.0).to(tl.float32)
+        w1 = tl.where(is_q[:, None], wq1[None, :], wk1[None, :])
+        w2 = tl.where(is_q[:, None], wq2[None, :], wk2[None, :])
+        rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)
+        y1 = ((x1 * rstd[:, None]).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+        y2 = ((x2 * rstd[:, None]).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    else:
+        y1 = x1
+        y2 = x2
 
     # RoPE at this token's position.
     in_table = (pos >= 0) & (pos < P)

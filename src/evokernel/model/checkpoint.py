@@ -99,7 +99,10 @@ class Checkpoint:
         c = self.cfg
         return {
             "model_dir": str(self.model_dir),
-            "model_type": "qwen3",
+            "model_type": c.model_type,
+            "qkv_bias": c.qkv_bias,
+            "qk_norm": c.qk_norm,
+            "rope_scaling": c.rope_scaling.to_hf() if c.rope_scaling else None,
             "vocab_size": c.vocab_size,
             "hidden_size": c.hidden_size,
             "intermediate_size": c.intermediate_size,

@@ -36,6 +36,8 @@ intermediate, L layers, V vocab (RMS means per element):
     and the model would predict its input.
   * the other norms ~1; every norm weight except the final one has 10% per-channel noise, so
     skipping one is visible.
+  * q/k/v biases (qwen2) ~ N(0, 0.1^2): visible next to the unit-RMS projections, small enough
+    to leave the attention scores' scale as above.
 
 What remains in bfloat16 is the rounding itself, which no init removes: the final hidden state
 ends ~1.5% off the float32 one (mostly the 2L roundings of the stream), and with Gaussian
@@ -80,6 +82,7 @@ BLOCKS_TO_EMBED = 2.0  # RMS the 2L blocks add together, in units of the embeddi
 ATTN_OUT_RMS = 0.57  # attention output RMS with unit-RMS values and scores of std ~1 (measured)
 SILU_GLU_RMS = 0.596  # sqrt(E[silu(z)^2]) for z ~ N(0, 1), times the RMS-1 up projection
 NORM_NOISE = 0.1
+BIAS_STD = 0.1
 GENERATOR = "evokernel model random"  # safetensors metadata: marks files safe to overwrite
 BLOCK = 1 << 22  # elements drawn from one generator (blocks are drawn in parallel)
 METADATA = {"format": "pt", "generator": GENERATOR}
@@ -253,6 +256,8 @@ def init_stats(name: str, cfg: ModelConfig) -> tuple[float, float]:
         return 0.0, block_rms / (ATTN_OUT_RMS * math.sqrt(cfg.q_size))
     if name.endswith("down_proj.weight"):
         return 0.0, block_rms / (SILU_GLU_RMS * math.sqrt(inter))
+    if name.endswith("proj.bias"):  # q/k/v biases (qwen2): small next to unit-RMS outputs
+        return 0.0, BIAS_STD
     return 0.0, H**-0.5
 
 

@@ -3,13 +3,15 @@
 Batch-1 decode carries the residual stream `h [B, H]` un-normalised; each consumer normalises
 it itself. Shapes as in ops/reference.py (M = B rows):
 
-  norm_linear(x [M, K], norm_weight [K], weight [N, K], eps)   = linear(rms_norm(x), weight)
+  norm_linear(x [M, K], norm_weight [K], weight [N, K], eps, bias [N] | None)
+                                                    = linear(rms_norm(x), weight, bias)
   linear_residual(x [M, K], weight [N, K], residual [M, N])    residual += linear(x, weight),
                                                                 in place; returns residual
   norm_gate_up_silu(x [M, H], norm_weight [H], gate_up [2I, H], eps)
                                                     = silu_mul(linear(rms_norm(x), gate_up))
-  decode_attention_qkv(qkv [B, (Hq+2Hkv)*D], q_norm, k_norm, cos, sin, positions [B] int32,
-                       k_cache, v_cache, seq_lens [B] int32, scale, eps, max_len)
+  decode_attention_qkv(qkv [B, (Hq+2Hkv)*D], q_norm | None, k_norm | None, cos, sin,
+                       positions [B] int32, k_cache, v_cache, seq_lens [B] int32, scale, eps,
+                       max_len)
       = decode_attention(qk_norm_rope_append(qkv, ...), ...) -> [B, Hq*D]; max_len >= every
         seq_lens[b] is a host-side bound (the cache past it is not passed on; kernels size
         their work by it): it changes no result
@@ -19,12 +21,14 @@ it itself. Shapes as in ops/reference.py (M = B rows):
       seq_lens += 1: the end of a greedy decode step, in place
 
 One decoder layer's decode step, made of the fused ops above (the `decode_layer` task's entry
-point, docs/layer-task.md):
+point, docs/layer-task.md). Everything after `h` is a keyword: the layer's weights by the
+field names of model/weights.py `LayerWeights` (`LAYER_FIELDS`; the family's absent parts
+None), then the step's inputs (`STEP_INPUTS`):
 
-  decode_layer(h [B, H], input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm,
-               gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens,
-               scale, eps, max_len) -> the residual stream after the layer [B, H]
-      = qkv  = norm_linear(h, input_norm, qkv_proj, eps)
+  decode_layer(h [B, H], *, input_norm, qkv_proj, o_proj, post_attn_norm, gate_up_proj,
+               down_proj, qkv_bias, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
+               seq_lens, scale, eps, max_len) -> the residual stream after the layer [B, H]
+      = qkv  = norm_linear(h, input_norm, qkv_proj, eps, qkv_bias)
         attn = decode_attention_qkv(qkv, q_norm, k_norm, cos, sin, positions, k_cache,
                                     v_cache, seq_lens, scale, eps, max_len)
         linear_residual(attn, o_proj, h); act = norm_gate_up_silu(h, post_attn_norm, ...)
@@ -48,10 +52,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from evokernel.model.weights import Weight
 from evokernel.ops.sampling import GREEDY
 
 if TYPE_CHECKING:
     from evokernel.ops.registry import OpSet
+
+STEP_INPUTS: tuple[str, ...] = (
+    "cos", "sin", "positions", "k_cache", "v_cache", "seq_lens", "scale", "eps", "max_len",
+)  # fmt: skip
 
 PARTS: dict[str, tuple[str, ...]] = {
     "norm_linear": ("rms_norm", "linear"),
@@ -75,7 +84,9 @@ PARTS["decode_layer"] = tuple(
 def composed(ops: OpSet, name: str) -> Callable[..., Any]:
     """Fused op `name` made of `ops`' plain ops (looked up when called, by attribute)."""
     if name == "norm_linear":
-        return lambda x, norm_w, weight, eps: ops.linear(ops.rms_norm(x, norm_w, eps), weight)
+        return lambda x, norm_w, weight, eps, bias=None: ops.linear(
+            ops.rms_norm(x, norm_w, eps), weight, bias
+        )
     if name == "linear_residual":
         return lambda x, weight, residual: residual.add_(ops.linear(x, weight))
     if name == "norm_gate_up_silu":
@@ -96,8 +107,8 @@ def composed(ops: OpSet, name: str) -> Callable[..., Any]:
 def _attention(
     ops: OpSet,
     qkv: torch.Tensor,
-    q_norm: torch.Tensor,
-    k_norm: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
     cos: torch.Tensor,
     sin: torch.Tensor,
     positions: torch.Tensor,
@@ -137,14 +148,16 @@ def _greedy_head(
 def _layer(
     ops: OpSet,
     h: torch.Tensor,
+    *,
     input_norm: torch.Tensor,
-    qkv_proj: torch.Tensor,
-    q_norm: torch.Tensor,
-    k_norm: torch.Tensor,
-    o_proj: torch.Tensor,
+    qkv_proj: Weight,
+    o_proj: Weight,
     post_attn_norm: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: Weight,
+    down_proj: Weight,
+    qkv_bias: torch.Tensor | None,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
     cos: torch.Tensor,
     sin: torch.Tensor,
     positions: torch.Tensor,
@@ -155,7 +168,7 @@ def _layer(
     eps: float,
     max_len: int,
 ) -> torch.Tensor:
-    qkv = ops.norm_linear(h, input_norm, qkv_proj, eps)  # [B, (Hq+2Hkv)*D]
+    qkv = ops.norm_linear(h, input_norm, qkv_proj, eps, qkv_bias)  # [B, (Hq+2Hkv)*D]
     attn = ops.decode_attention_qkv(
         qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len
     )  # [B, Hq*D]

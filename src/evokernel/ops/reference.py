@@ -10,9 +10,10 @@ Shapes (N tokens = B sequences x T tokens each, H hidden, D head_dim, S = S_max)
   rms_norm(x [N, H], weight [H], eps)                                  -> [N, H]
   residual_add(x [N, H], residual [N, H], weight [H], eps)             -> (h [N, H], norm(h))
   silu_mul(gate_up [N, 2I])                                            -> [N, I]
-  linear(x [M, K], weight [N, K])                                      -> [M, N]
+  linear(x [M, K], weight [N, K] (a Weight), bias [N] | None)          -> [M, N]
   logits(x [N, H], lm_head [V, H])                                     -> [N, V] float32
-  qk_norm_rope_append(qkv [B, T, (Hq+2Hkv)*D], q_norm [D], k_norm [D], cos [P, D/2] f32,
+  qk_norm_rope_append(qkv [B, T, (Hq+2Hkv)*D], q_norm [D] | None, k_norm [D] | None,
+                      cos [P, D/2] f32,
                       sin [P, D/2] f32, positions [B, T] int32, k_cache, v_cache, eps)
                                                                        -> q [B, T, Hq, D]
   decode_attention(q [B, Hq, D], k_cache, v_cache, seq_lens [B] int32, scale) -> [B, Hq, D]
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from evokernel.model.weights import Weight, dense
 
 
 def embed(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -51,13 +54,14 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate_up[..., :inter]) * gate_up[..., inter:]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, weight)
+def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    # A packed weight is dequantized to x's dtype first: its format's reference.
+    return F.linear(x, dense(weight, x.dtype), bias)
 
 
-def logits(x: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+def logits(x: torch.Tensor, lm_head: Weight) -> torch.Tensor:
     # In the model dtype, like transformers' lm_head, then widened for sampling and KL.
-    return F.linear(x, lm_head).float()
+    return F.linear(x, dense(lm_head, x.dtype)).float()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -67,8 +71,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def qk_norm_rope_append(
     qkv: torch.Tensor,
-    q_norm: torch.Tensor,
-    k_norm: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
     cos: torch.Tensor,
     sin: torch.Tensor,
     positions: torch.Tensor,
@@ -80,8 +84,10 @@ def qk_norm_rope_append(
     hkv, D = k_cache.shape[1], k_cache.shape[3]
     hq = width // D - 2 * hkv
     heads = qkv.view(B, T, hq + 2 * hkv, D)
-    q = rms_norm(heads[:, :, :hq], q_norm, eps)  # [B, T, Hq, D]
-    k = rms_norm(heads[:, :, hq : hq + hkv], k_norm, eps)  # [B, T, Hkv, D]
+    q = heads[:, :, :hq]  # [B, T, Hq, D]
+    k = heads[:, :, hq : hq + hkv]  # [B, T, Hkv, D]
+    if q_norm is not None and k_norm is not None:  # qwen3's per-head norms
+        q, k = rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
     v = heads[:, :, hq + hkv :]  # [B, T, Hkv, D]
     pos = positions.long()
     c = cos[pos].to(qkv.dtype).unsqueeze(2)  # [B, T, 1, D/2]

@@ -44,12 +44,13 @@ import torch
 
 from evokernel import device as devices
 from evokernel.errors import TaskError
+from evokernel.model.weights import Weight
 from evokernel.ops import reference, sampling
 from evokernel.ops.candidates import entry_point, load_candidate, seed_path
 from evokernel.ops.compose import LAYER_PARTS, PARTS, composed
+from evokernel.ops.tuning import DEFAULT, DecodeTuning, check_tuning
 
 if TYPE_CHECKING:
-    from evokernel.ops.decode import DecodeTuning
     from evokernel.packs.format import Pack
 
 PLAIN_OPS: tuple[str, ...] = (
@@ -74,12 +75,15 @@ Op = Callable[..., Any]
 
 
 def decode_sized_linear(candidate: Op, max_rows: int = LINEAR_MAX_ROWS) -> Op:
-    """`linear` that runs `candidate` for up to `max_rows` rows and torch beyond."""
+    """`linear` that runs `candidate` (the `decode_linear` interface: dense weights, no bias)
+    for up to `max_rows` rows and torch beyond; a packed weight goes to torch's reference (its
+    dequantized form), a bias is added to the candidate's rounded output."""
 
-    def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > max_rows:
-            return reference.linear(x, weight)
-        return candidate(x, weight)
+    def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[0] > max_rows or not isinstance(weight, torch.Tensor):
+            return reference.linear(x, weight, bias)
+        y = candidate(x, weight)
+        return y if bias is None else (y.float() + bias.float()).to(y.dtype)
 
     linear.candidate = candidate  # type: ignore[attr-defined]
     return linear
@@ -121,7 +125,7 @@ class OpSet:
         from evokernel.ops import activation, decode, embedding, norm, rope
 
         use_pdl = pdl_supported() if pdl is None else pdl
-        bound = dataclasses.replace(tuning or decode.DEFAULT, pdl=use_pdl)
+        bound = check_tuning((tuning or DEFAULT)._replace(pdl=use_pdl))
         label = "triton+pdl" if use_pdl else "triton"
         ops = cls.torch().replace(
             embed=(functools.partial(embedding.embed, pdl=use_pdl), label),

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from evokernel.bench.systems.base import inference, right_sized
+from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
-from evokernel.engine.decoder import DecoderModel
 from evokernel.ops.sampling import GREEDY
 
 

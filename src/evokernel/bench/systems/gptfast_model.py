@@ -1,13 +1,16 @@
-"""Qwen3 as a PyTorch user writes it in the style of gpt-fast's `model.py`: plain modules,
-packed projections, a static KV cache, and one decode function for `torch.compile`.
+"""The decoder (any family of model/families.py) as a PyTorch user writes it in the style of
+gpt-fast's `model.py`: plain modules, packed projections, a static KV cache, and one decode
+function for `torch.compile`. The family's parts follow the config as gpt-fast's per-model
+`ModelArgs` do: q/k/v bias (qwen2), q/k RMSNorm (qwen3), the RoPE scaling rule (llama3).
 
     model = Transformer.from_weights(cfg, weights)           # the checkpoint's tensors, no copy
     cache = KVCache.allocate(cfg, cache_len, device, dtype)  # [1, Hkv, S, D] per layer, zeros
     logits = model(ids [1, T], input_pos [T], cache)         # prefill from 0 -> [1, V] float32
     token = decode_one_token(model, token [1, 1], input_pos [1], cache)   # -> [1, 1] int64
 
-Numerics follow transformers' Qwen3 (norms in float32 rounded back to the model dtype, RoPE
-tables in float32, softmax in float32), so in float32 it matches transformers to rounding noise.
+Numerics follow transformers (norms in float32 rounded back to the model dtype, RoPE tables in
+float32, softmax in float32), so in float32 it matches transformers to rounding noise. Packed
+(quantized) projections are dequantized once here: the baseline reads dense weights.
 
 Attention: prefill (positions 0..T-1) is flash SDPA over the cache's first T positions.
 Decode is written out (q k^T, softmax, p v), as gpt-fast runs decode attention through SDPA's
@@ -29,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from evokernel.model.config import ModelConfig
-from evokernel.model.weights import ModelWeights
+from evokernel.model.weights import LayerWeights, ModelWeights, Weight, dense
+from evokernel.ops.rope import inverse_frequencies
 
 
 @dataclass
@@ -56,6 +60,10 @@ def _param(t: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(t, requires_grad=False)
 
 
+def _weight(w: Weight, dtype: torch.dtype) -> nn.Parameter:
+    return _param(dense(w, dtype))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, weight: torch.Tensor, eps: float) -> None:
         super().__init__()
@@ -74,12 +82,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, wqkv: torch.Tensor, wo: torch.Tensor, q_norm, k_norm):
+    def __init__(self, cfg: ModelConfig, layer: LayerWeights, dtype: torch.dtype) -> None:
         super().__init__()
-        self.wqkv = _param(wqkv)  # [(Hq + 2 Hkv) D, H]
-        self.wo = _param(wo)  # [H, Hq D]
-        self.q_norm = RMSNorm(q_norm, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(k_norm, cfg.rms_norm_eps)
+        self.wqkv = _weight(layer.qkv_proj, dtype)  # [(Hq + 2 Hkv) D, H]
+        self.bqkv = None if layer.qkv_bias is None else _param(layer.qkv_bias)
+        self.wo = _weight(layer.o_proj, dtype)  # [H, Hq D]
+        self.q_norm = self.k_norm = None
+        if layer.q_norm is not None and layer.k_norm is not None:
+            self.q_norm = RMSNorm(layer.q_norm, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(layer.k_norm, cfg.rms_norm_eps)
         self.n_head, self.n_kv, self.head_dim = (
             cfg.num_attention_heads,
             cfg.num_key_value_heads,
@@ -98,9 +109,11 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         D, hq, hkv = self.head_dim, self.n_head, self.n_kv
-        q, k, v = F.linear(x, self.wqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
-        q = self.q_norm(q.view(B, T, hq, D)).transpose(1, 2)  # [B, Hq, T, D]
-        k = self.k_norm(k.view(B, T, hkv, D)).transpose(1, 2)  # [B, Hkv, T, D]
+        q, k, v = F.linear(x, self.wqkv, self.bqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
+        q, k = q.view(B, T, hq, D), k.view(B, T, hkv, D)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, Hq, T, D], [B, Hkv, T, D]
         v = v.view(B, T, hkv, D).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -128,10 +141,10 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, w13: torch.Tensor, w2: torch.Tensor) -> None:
+    def __init__(self, w13: Weight, w2: Weight, dtype: torch.dtype) -> None:
         super().__init__()
-        self.w13 = _param(w13)  # [2 I, H]: gate rows, then up rows
-        self.w2 = _param(w2)  # [H, I]
+        self.w13 = _weight(w13, dtype)  # [2 I, H]: gate rows, then up rows
+        self.w2 = _weight(w2, dtype)  # [H, I]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, self.w13).chunk(2, dim=-1)
@@ -139,12 +152,13 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer) -> None:
+    def __init__(self, cfg: ModelConfig, layer: LayerWeights) -> None:
         super().__init__()
+        dtype = layer.input_norm.dtype
         self.attention_norm = RMSNorm(layer.input_norm, cfg.rms_norm_eps)
-        self.attention = Attention(cfg, layer.qkv_proj, layer.o_proj, layer.q_norm, layer.k_norm)
+        self.attention = Attention(cfg, layer, dtype)
         self.ffn_norm = RMSNorm(layer.post_attn_norm, cfg.rms_norm_eps)
-        self.feed_forward = FeedForward(layer.gate_up_proj, layer.down_proj)
+        self.feed_forward = FeedForward(layer.gate_up_proj, layer.down_proj, dtype)
 
     def forward(self, x, cos, sin, input_pos, k_cache, v_cache) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin, input_pos, k_cache, v_cache)
@@ -158,7 +172,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = _param(weights.embed_tokens)  # [V, H]
         self.layers = nn.ModuleList(TransformerBlock(cfg, layer) for layer in weights.layers)
         self.norm = RMSNorm(weights.final_norm, cfg.rms_norm_eps)
-        self.output = _param(weights.lm_head)  # the same tensor as tok_embeddings when tied
+        self.output = _weight(weights.lm_head, weights.dtype)  # tok_embeddings' tensor if tied
         cos, sin = rope_tables(cfg, weights.device)
         self.cos_table: torch.Tensor  # [P, D] float32
         self.sin_table: torch.Tensor
@@ -181,9 +195,7 @@ class Transformer(nn.Module):
 
 def rope_tables(cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [max_position_embeddings, D] float32, computed as transformers computes them."""
-    D = cfg.head_dim
-    exponent = torch.arange(0, D, 2, dtype=torch.int64, device=device).float() / D
-    inv_freq = 1.0 / (cfg.rope_theta**exponent)  # [D/2]
+    inv_freq = inverse_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device)
     pos = torch.arange(cfg.max_position_embeddings, device=device, dtype=torch.float32)
     freqs = torch.outer(pos, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)

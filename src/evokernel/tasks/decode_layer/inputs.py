@@ -1,8 +1,11 @@
-"""Seeded inputs of `decode_layer`: a Qwen3 layer's weights, the residual stream, RoPE tables
+"""Seeded inputs of `decode_layer`: a decoder layer's weights (the family's q/k/v biases and
+q/k norms where the scenario's shape has them, else None), the residual stream, RoPE tables
 and a KV cache with junk past each sequence's earlier tokens.
 
-Magnitudes are those of an initialised Qwen3 (weights N(0, 0.02^2), norm weights 1 + N(0,
-0.1^2), the residual stream h ~ N(0, 1)). Two distributions, chosen by seed and scenario:
+Magnitudes are those of an initialised model (weights N(0, 0.02^2), norm weights 1 + N(0,
+0.1^2), biases N(0, 0.1^2), the residual stream h ~ N(0, 1)). Without q/k norms the keys' and
+queries' scale comes from the projection (RMS ~0.02 sqrt(H)), so the cache's earlier keys are
+drawn at that scale too. Two distributions, chosen by seed and scenario:
   normal   q/k norm weights ~ 1: scores ~ N(0, 1), attention spread over the context.
   peaked   q/k norm weights ~ 2: scores spread ~4, most weight on a few keys (the attention
            output, and so its error, then reaches the residual stream at full size).
@@ -15,7 +18,8 @@ Rows [positions[b], S_max) hold large finite junk of random sign (K 10^1.5..10^2
 torch-ops layer multiplies masked probabilities by V.
 
 positions = seq_lens - 1 (int32), cos/sin = `evokernel.ops.rope.rope_table(D, 1e6, S_max)`
-(Qwen3's theta; float32 [S_max, D/2]), scale = D^-0.5, eps = 1e-6, max_len = S_max.
+(Qwen3's theta; float32 [S_max, D/2]; a scaling rule changes the table only), scale = D^-0.5,
+eps = 1e-6, max_len = S_max.
 
 Everything is drawn in float32 from a generator on the target device and cast (tasks/rng.py):
 the same (scenario, seed, dtype) gives bit-identical tensors in any process on the CPU, and on
@@ -70,9 +74,14 @@ def make_inputs(
     post_attn_norm = norm(H)
     gate_up_proj = weight(2 * inter, H)
     down_proj = weight(H, inter)
+    qkv_bias = randn(((Hq + 2 * Hkv) * D,), g).mul_(0.1)
+    qk_norms = bool(p.get("qk_norm", True))
+    if not qk_norms:  # the queries' size then comes from the projection alone: steer it
+        qkv_proj[: (Hq + Hkv) * D].mul_(qk_gain / (WEIGHT_STD * H**0.5))
+    key_scale = qk_gain
 
     cache = (B, Hkv, S, D)
-    k = randn(cache, g).mul_(qk_gain)
+    k = randn(cache, g).mul_(key_scale)
     v = randn(cache, g).mul_(WEIGHT_STD * H**0.5)
     (k_lo, k_hi), (v_lo, v_hi) = _JUNK_LOG10.get(dtype, _JUNK_LOG10["default"])
     for b, n in enumerate(seq_lens):
@@ -86,8 +95,9 @@ def make_inputs(
         "h": h.to(dtype),
         "input_norm": input_norm.to(dtype),
         "qkv_proj": qkv_proj.to(dtype),
-        "q_norm": q_norm.to(dtype),
-        "k_norm": k_norm.to(dtype),
+        "qkv_bias": qkv_bias.to(dtype) if p.get("qkv_bias") else None,
+        "q_norm": q_norm.to(dtype) if qk_norms else None,
+        "k_norm": k_norm.to(dtype) if qk_norms else None,
         "o_proj": o_proj.to(dtype),
         "post_attn_norm": post_attn_norm.to(dtype),
         "gate_up_proj": gate_up_proj.to(dtype),

@@ -1,7 +1,8 @@
-"""Shapes of `decode_layer`: one Qwen3 layer's decode step, public and hidden scenarios.
+"""Shapes of `decode_layer`: one decoder layer's decode step, public and hidden scenarios.
 
 params: the model shape H (hidden), Hq, Hkv (query and kv heads), D (head dim), I
-(intermediate), and the step's B (sequences), S_max (cache positions) and seq_lens (a tuple of
+(intermediate), the family's switches qkv_bias (q/k/v biases: qwen2) and qk_norm (per-head
+q/k RMSNorm: qwen3), and the step's B (sequences), S_max (cache positions) and seq_lens (a tuple of
 B ints, 1 <= seq_lens[b] <= S_max; the token is written at seq_lens[b] - 1). The entry point's
 `max_len` is S_max (the engine passes the bound of its context bucket, >= every length).
 
@@ -12,8 +13,9 @@ for Triton's interpreter (H 128, two kv heads with the task's group size, D 32, 
 the task's shape is that small already; contexts 1, 17, 100 and 300) and the regimes with
 them: "short" up to 64 positions, "long" beyond.
 
-Hidden scenarios are drawn from the evaluator's secret seed: other Qwen3 shapes (hidden 2048,
-2560 or 4096 with 16:8 or 32:8 heads, head_dim 64 as well as 128, their intermediate sizes),
+Hidden scenarios are drawn from the evaluator's secret seed: other shapes of the task's family
+(hidden 2048, 2560 or 4096 with 16:8 or 32:8 heads, head_dim 64 as well as 128, Qwen3's
+intermediate sizes; the family's switches kept),
 odd contexts, B > 1 with mixed lengths, seq_len = 1 everywhere, a long context; on the CPU the
 same classes at interpreter sizes.
 """
@@ -21,7 +23,7 @@ same classes at interpreter sizes.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evokernel.tasks.base import Scenario
 from evokernel.tasks.rng import py_rng
@@ -29,20 +31,28 @@ from evokernel.tasks.rng import py_rng
 
 @dataclass(frozen=True)
 class Shape:
-    """A Qwen3 layer shape: hidden, query heads, kv heads, head dim, intermediate."""
+    """A decoder layer's shape: hidden, query heads, kv heads, head dim, intermediate, and the
+    family's switches (Qwen3's by default: q/k norms, no biases)."""
 
     H: int
     Hq: int
     Hkv: int
     D: int
-    I: int  # noqa: E741 (the intermediate size, as Qwen3's config names it)
+    I: int  # noqa: E741 (the intermediate size, as the configs name it)
+    qkv_bias: bool = False
+    qk_norm: bool = True
 
     def spec(self) -> str:
-        """The task-name suffix: `H1024-Hq16-Hkv8-D128-I3072`."""
-        return f"H{self.H}-Hq{self.Hq}-Hkv{self.Hkv}-D{self.D}-I{self.I}"
+        """The task-name suffix: `H1024-Hq16-Hkv8-D128-I3072`, then `-bias` for q/k/v biases
+        and `-noqknorm` for a family without q/k norms."""
+        base = f"H{self.H}-Hq{self.Hq}-Hkv{self.Hkv}-D{self.D}-I{self.I}"
+        return base + ("-bias" if self.qkv_bias else "") + ("" if self.qk_norm else "-noqknorm")
 
-    def params(self) -> dict[str, int]:
-        return {"H": self.H, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "I": self.I}
+    def params(self) -> dict[str, int | bool]:
+        return {
+            "H": self.H, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "I": self.I,
+            "qkv_bias": self.qkv_bias, "qk_norm": self.qk_norm,
+        }  # fmt: skip
 
 
 QWEN3_06B = Shape(H=1024, Hq=16, Hkv=8, D=128, I=3072)
@@ -58,7 +68,7 @@ def cpu_shape(shape: Shape) -> Shape:
     stand-in: H 128, two kv heads with its group size, D 32, I 192."""
     if shape.H <= 256 and shape.I <= 512 and shape.Hq <= 8 and shape.D <= 64:
         return shape
-    return Shape(H=128, Hq=2 * (shape.Hq // shape.Hkv), Hkv=2, D=32, I=192)
+    return replace(shape, H=128, Hq=2 * (shape.Hq // shape.Hkv), Hkv=2, D=32, I=192)
 
 
 def s_max(ctx: int) -> int:
@@ -109,15 +119,17 @@ _CPU = _Ranges(odd=(19, 150), mixed_max=90, long=(257, 400), batch=3)
 _GPU = _Ranges(odd=(1001, 6000), mixed_max=2048, long=(10001, 20001), batch=8)
 
 
-def _other_shape(rng: random.Random, device: str, D: int) -> Shape:
-    """Another Qwen3 shape with head dim D (hidden 2048 / 2560 / 4096 with its intermediate
-    size, 16:8 or 32:8 heads), or on the CPU its interpreter-sized stand-in (odd hidden and
-    intermediate sizes, two kv heads with the group size 2 or 4)."""
+def _other_shape(rng: random.Random, device: str, D: int, family: Shape) -> Shape:
+    """Another shape with head dim D and `family`'s switches (hidden 2048 / 2560 / 4096 with
+    Qwen3's intermediate size for it, 16:8 or 32:8 heads), or on the CPU its interpreter-sized
+    stand-in (odd hidden and intermediate sizes, two kv heads with the group size 2 or 4)."""
     Hq = rng.choice((16, 32))
     if device == "cpu":
-        return Shape(H=rng.choice((96, 160, 200)), Hq=Hq // 4, Hkv=2, D=D, I=_odd(rng, 101, 301))
-    H = rng.choice(tuple(QWEN3_INTERMEDIATE))
-    return Shape(H=H, Hq=Hq, Hkv=8, D=D, I=QWEN3_INTERMEDIATE[H])
+        H, Hq, Hkv, inter = rng.choice((96, 160, 200)), Hq // 4, 2, _odd(rng, 101, 301)
+    else:
+        H = rng.choice(tuple(QWEN3_INTERMEDIATE))
+        Hkv, inter = 8, QWEN3_INTERMEDIATE[H]
+    return replace(family, H=H, Hq=Hq, Hkv=Hkv, D=D, I=inter)
 
 
 def hidden_scenarios(shape: Shape, device: str, seed: int) -> list[Scenario]:
@@ -133,10 +145,10 @@ def hidden_scenarios(shape: Shape, device: str, seed: int) -> list[Scenario]:
 
     out = []
     # another shape (head_dim 128; 32 on the CPU), an odd context
-    other = _other_shape(rng, device, 32 if cpu else 128)
+    other = _other_shape(rng, device, 32 if cpu else 128, shape)
     out.append(hidden("shape", other, [_odd(rng, *r.odd)], rng.randrange(1, 40)))
     # head_dim 64 at another shape, two sequences of odd, different lengths
-    d64 = _other_shape(rng, device, 64)
+    d64 = _other_shape(rng, device, 64, shape)
     out.append(hidden("d64", d64, [_odd(rng, 3, r.odd[1]), _odd(rng, 3, r.odd[1])], 7))
     # the task's shape, a mixed batch: one fresh sequence (length 1) among random lengths
     lens = [1] + [rng.randrange(2, r.mixed_max + 1) for _ in range(r.batch - 1)]

@@ -1,8 +1,10 @@
-"""The `decode_layer` task: one Qwen3 decoder layer's decode step, as the engine runs it
-(`DecoderModel._decode_layers`, one loop iteration), at one model shape.
+"""The `decode_layer` task: one decoder layer's decode step, as the engine runs it
+(`DecoderModel._decode_layers`, one loop iteration), at one model shape and family.
 
-Names: `decode_layer` is Qwen3-0.6B (H 1024, 16:8 heads, D 128, I 3072);
-`decode_layer@H2048-Hq16-Hkv8-D128-I6144` names another shape (`task(spec)`), and
+Names: `decode_layer` is Qwen3-0.6B (H 1024, 16:8 heads, D 128, I 3072, q/k norms, no bias);
+`decode_layer@H2048-Hq16-Hkv8-D128-I6144` names another shape (`task(spec)`), with `-bias`
+(q/k/v biases: qwen2) and `-noqknorm` (no q/k norms: llama, qwen2, mistral) for the family's
+switches, e.g. Qwen2.5-0.5B's `decode_layer@H896-Hq14-Hkv2-D64-I4864-bias-noqknorm`;
 `decode_layer_name(cfg)` gives a checkpoint's.
 
 What is judged (`observe`): one flat tensor [h_out | K rows | V rows] in the model dtype: the
@@ -57,20 +59,22 @@ NAME = "decode_layer"
 SEED = Path(__file__).with_name("seed.py")  # the seed candidate, loaded by path
 WRITES = ("h", "k_cache", "v_cache")
 
-INTERFACE = '''def decode_layer(h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm,
-                 gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens,
-                 scale, eps, max_len):
-    """One Qwen3 decoder layer's decode step for B = 1..8 sequences, one token each.
+INTERFACE = '''def decode_layer(h, *, input_norm, qkv_proj, o_proj, post_attn_norm, gate_up_proj,
+                 down_proj, qkv_bias, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
+                 seq_lens, scale, eps, max_len):
+    """One decoder layer's decode step for B >= 1 sequences, one token each (keywords after h:
+    the layer's weights by the field names of the engine's LayerWeights, then the step).
 
     h            [B, H]   the residual stream (not normalised); may be updated in place
     input_norm   [H]      RMSNorm weight before attention
     qkv_proj     [(Hq + 2 Hkv) D, H]   q, k and v projections stacked (rows q, then k, then v)
-    q_norm, k_norm [D]    per-head RMSNorm weights of q and k
     o_proj       [H, Hq D]
     post_attn_norm [H]
     gate_up_proj [2 I, H] gate rows, then up rows
     down_proj    [H, I]
-    cos, sin     [P, D/2] float32 RoPE tables (rotate-half convention)
+    qkv_bias     [(Hq + 2 Hkv) D] or None: q/k/v biases, added before the rounding (qwen2)
+    q_norm, k_norm [D] or None: per-head RMSNorm weights of q and k, before RoPE (qwen3)
+    cos, sin     [P, D/2] float32 RoPE tables (rotate-half convention, scaling applied)
     positions    [B] int32  where this token goes; seq_lens = positions + 1 [B] int32
     k_cache, v_cache [B, Hkv, S_max, D]: write this token's K (normed, rotated) and V at
                  [b, :, positions[b]]; attend over positions [0, seq_lens[b])
@@ -79,8 +83,9 @@ INTERFACE = '''def decode_layer(h, input_norm, qkv_proj, q_norm, k_norm, o_proj,
     """'''
 
 DESCRIPTION = (
-    "One whole Qwen3 decoder layer's decode step, as the engine runs it: RMSNorm + qkv "
-    "projection, per-head q/k RMSNorm + RoPE, appending K and V to the cache at each "
+    "One whole decoder layer's decode step, as the engine runs it: RMSNorm + qkv "
+    "projection (+ bias where the family has one), per-head q/k RMSNorm (where the family has "
+    "it) + RoPE, appending K and V to the cache at each "
     "sequence's position, GQA attention over the cache, o_proj + residual, RMSNorm + gate/up "
     "+ SiLU-mul, down_proj + residual. Memory-bound: time is set by reading the layer's "
     "weights once (and the KV cache at long contexts), and between kernels: launch gaps, "
@@ -121,8 +126,10 @@ TOLERANCES = {
     torch.bfloat16: Tolerance(rel_l2=2e-2, max_abs_rel=3e-2),
 }
 
-_SPEC = re.compile(r"H(\d+)-Hq(\d+)-Hkv(\d+)-D(\d+)-I(\d+)")
-_FORM = f"{NAME}@H<hidden>-Hq<query heads>-Hkv<kv heads>-D<head dim>-I<intermediate>"
+_SPEC = re.compile(r"H(\d+)-Hq(\d+)-Hkv(\d+)-D(\d+)-I(\d+)(-bias)?(-noqknorm)?")
+_FORM = (
+    f"{NAME}@H<hidden>-Hq<query heads>-Hkv<kv heads>-D<head dim>-I<intermediate>[-bias][-noqknorm]"
+)
 
 
 def check_shape(shape: Shape) -> None:
@@ -146,7 +153,8 @@ def parse_shape(spec: str) -> Shape:
         raise TaskError(
             f"malformed task name {NAME}@{spec}: expected {_FORM}, e.g. {NAME}@{QWEN3_06B.spec()}"
         )
-    shape = Shape(*(int(g) for g in found.groups()))
+    H, Hq, Hkv, D, inter = (int(g) for g in found.groups()[:5])
+    shape = Shape(H, Hq, Hkv, D, inter, qkv_bias=bool(found.group(6)), qk_norm=not found.group(7))
     if shape.spec() != spec:
         raise TaskError(f"task name {NAME}@{spec}: write the sizes plainly, {NAME}@{shape.spec()}")
     check_shape(shape)
@@ -160,6 +168,8 @@ def shape_of(cfg: ModelConfig) -> Shape:
         Hkv=cfg.num_key_value_heads,
         D=cfg.head_dim,
         I=cfg.intermediate_size,
+        qkv_bias=cfg.qkv_bias,
+        qk_norm=cfg.qk_norm,
     )
 
 
@@ -201,11 +211,15 @@ def layer_reference(inputs: Inputs, compute: torch.dtype = torch.float32) -> tor
     B = h.shape[0]
     k_cache, v_cache = inputs["k_cache"].detach(), inputs["v_cache"].detach()
     Hkv, D = k_cache.shape[1], k_cache.shape[3]
-    qkv = rnd(norm(h, get("input_norm")) @ get("qkv_proj").T)
+    qkv = norm(h, get("input_norm")) @ get("qkv_proj").T
+    if inputs.get("qkv_bias") is not None:
+        qkv = qkv + get("qkv_bias")  # before the rounding, as a fused epilogue adds it
+    qkv = rnd(qkv)
     Hq = qkv.shape[1] // D - 2 * Hkv
     heads = qkv.view(B, Hq + 2 * Hkv, D)
-    q = norm(heads[:, :Hq], get("q_norm"))  # [B, Hq, D]
-    k = norm(heads[:, Hq : Hq + Hkv], get("k_norm"))  # [B, Hkv, D]
+    q, k = heads[:, :Hq], heads[:, Hq : Hq + Hkv]  # [B, Hq, D], [B, Hkv, D]
+    if inputs.get("q_norm") is not None:
+        q, k = norm(q, get("q_norm")), norm(k, get("k_norm"))
     v = heads[:, Hq + Hkv :]  # [B, Hkv, D]
     pos = inputs["positions"].long()
     c = rnd(inputs["cos"][pos].to(compute))[:, None, :]  # [B, 1, D/2]
@@ -344,7 +358,8 @@ def torch_layer(**inputs: Any) -> torch.Tensor:
 def _weight_elements(p: Mapping[str, Any]) -> int:
     H, Hq, Hkv, D, inter = (p[k] for k in ("H", "Hq", "Hkv", "D", "I"))
     projections = (Hq + 2 * Hkv) * D * H + H * Hq * D + 2 * inter * H + H * inter
-    return projections + 2 * H + 2 * D  # + the four norm weights
+    bias = (Hq + 2 * Hkv) * D if p.get("qkv_bias") else 0
+    return projections + bias + 2 * H + (2 * D if p.get("qk_norm", True) else 0)  # + norms
 
 
 @dataclass

@@ -1,0 +1,146 @@
+"""Batched decode GEMV on tensor cores: a batch of rows times a weight matrix, with the decode
+kernels' prologues and epilogues fused (kernels/gemv.py does one row at a time on the CUDA
+cores, which at B = 1 is the shorter path).
+
+At batch B > 1 a step still reads every weight once, but the CUDA-core kernels redo each
+weight tile's products row after row, each row's activations one L2 round trip after the
+last. Here program (n, m) owns output columns [n*BLOCK_N, +BLOCK_N) for rows
+[m*BLOCK_M, +BLOCK_M) (BLOCK_M >= 16, rows past M masked to zero) and walks K in BLOCK_K
+chunks: acc += x_chunk @ W_chunk^T as a tensor-core dot in float32. The first weight chunk is
+loaded before the PDL wait; later chunks stream through Triton's software pipeline.
+
+  NORM       x rows RMS-normalised first (a first pass over x for each row's 1/rms), rounded
+             as transformers rounds (to the dtype before and after the norm weight)
+  HAS_BIAS   + bias before the output's rounding (as cuBLAS's epilogue adds it)
+  EPILOGUE   0: out = round(acc)                              (qkv)
+             1: res = round(res + round(acc)), in place       (o_proj, down_proj)
+             2: out = round(round(silu(round(acc_g))) * round(acc_u)), W = [gate rows; up
+                rows], N = I                                   (gate_up + SiLU-mul)
+             3: the head: logits round(acc) as float32 (WRITE_LOGITS) and/or each row's
+                max/argmax over this program's columns folded into its int64 key by an atomic
+                max (ARGMAX, kernels/gemv.py `argmax_key`)
+
+Results equal the one-row kernels' up to float32 summation order (the dot's).
+"""
+
+import triton
+import triton.language as tl
+
+from evokernel.kernels.gemv import argmax_key
+from evokernel.kernels.overlap import pdl_enter
+
+
+@triton.jit
+def _chunk(w_ptr, cols_n, N, stride_w, ks, K: tl.constexpr):
+    """W[cols_n, ks] as a [BLOCK_N, BLOCK_K] tile (0 where masked), read once: evict_first."""
+    ptrs = w_ptr + cols_n[:, None].to(tl.int64) * stride_w + ks[None, :]
+    mask = (cols_n[:, None] < N) & (ks[None, :] < K)
+    return tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K: tl.constexpr, NORM: tl.constexpr):
+    """x[rows_m, ks] in the dtype, normalised (NORM) as transformers rounds."""
+    mask = (rows_m[:, None] < M) & (ks[None, :] < K)
+    x = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :], mask=mask, other=0.0)
+    if NORM:
+        dtype = x_ptr.dtype.element_ty
+        w = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+        x = (x.to(tl.float32) * rstd[:, None]).to(dtype).to(tl.float32) * w[None, :]
+        x = x.to(dtype)
+    return x
+
+
+@triton.jit
+def _dot_t(x, w, IEEE: tl.constexpr):
+    """x [BM, BK] @ w [BN, BK]^T in float32."""
+    if IEEE:
+        return tl.dot(x, tl.trans(w), input_precision="ieee")
+    return tl.dot(x, tl.trans(w))
+
+
+@triton.jit
+def rows_gemv_kernel(
+    x_ptr,  # [M, K]
+    norm_ptr,  # [K] (NORM)
+    w_ptr,  # [N, K]; EPILOGUE 2: [2N, K], gate rows then up rows
+    bias_ptr,  # [N] (HAS_BIAS)
+    out_ptr,  # [M, N] (EPILOGUE 0, 2), logits [M, N] float32 (EPILOGUE 3, WRITE_LOGITS)
+    res_ptr,  # [M, N] the residual stream, updated in place (EPILOGUE 1)
+    key_ptr,  # [M] int64 argmax keys (EPILOGUE 3, ARGMAX)
+    M,
+    N,
+    stride_x,
+    stride_w,
+    stride_out,
+    stride_res,
+    eps,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
+    w0 = _chunk(w_ptr, cols_n, N, stride_w, offs_k, K)
+    if EPILOGUE == 2:
+        u0 = _chunk(up_ptr, cols_n, N, stride_w, offs_k, K)
+    pdl_enter(PDL)
+
+    rstd = tl.zeros([BLOCK_M], tl.float32)
+    if NORM:
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + offs_k
+            mask = (rows_m[:, None] < M) & (ks[None, :] < K)
+            xs = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :],
+                         mask=mask, other=0.0).to(tl.float32)  # fmt: skip
+            rstd += tl.sum(xs * xs, axis=1)
+        rstd = tl.rsqrt(rstd / K + eps)
+
+    x = _x_chunk(x_ptr, rows_m, M, stride_x, offs_k, norm_ptr, rstd, K, NORM)
+    acc = _dot_t(x, w0, IEEE)
+    if EPILOGUE == 2:
+        acc_u = _dot_t(x, u0, IEEE)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        ks = k0 + offs_k
+        x = _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K, NORM)
+        acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
+        if EPILOGUE == 2:
+            acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
+
+    dtype = x_ptr.dtype.element_ty
+    live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)[None, :]
+    y = acc.to(dtype).to(tl.float32)
+    if EPILOGUE == 0:
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, y.to(dtype), mask=live)
+    elif EPILOGUE == 1:
+        dst = res_ptr + rows_m[:, None].to(tl.int64) * stride_res + cols_n[None, :]
+        r = tl.load(dst, mask=live, other=0.0).to(tl.float32)
+        tl.store(dst, (r + y).to(dtype), mask=live)
+    elif EPILOGUE == 2:
+        u = acc_u.to(dtype).to(tl.float32)
+        s = (y / (1.0 + tl.exp(-y))).to(dtype).to(tl.float32)
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, (s * u).to(dtype), mask=live)
+    else:
+        if WRITE_LOGITS:
+            dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+            tl.store(dst, y, mask=live)
+        if ARGMAX:
+            y = tl.where(live, y, -float("inf"))
+            best, arg = tl.max(y, axis=1, return_indices=True, return_indices_tie_break_left=True)
+            key = argmax_key(best, pid_n * BLOCK_N + arg)
+            tl.atomic_max(key_ptr + rows_m, key, mask=rows_m < M, sem="relaxed", scope="gpu")

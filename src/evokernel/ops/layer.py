@@ -1,0 +1,218 @@
+"""Launchers of the decode layer's Triton kernels: the one source of the engine's layer and of
+the `decode_layer` task's seed.
+
+The engine's fused decode ops (ops/decode.py) check their arguments and call these; the seed
+(tasks/decode_layer/seed.py) is generated from this module and the kernels it launches
+(tasks/decode_layer/generate.py copies their source), so the two cannot drift: a test
+regenerates the seed and compares. Hence the rules for this file: it imports only torch,
+triton, functools and math, plus `from evokernel.kernels.<module> import <names>` lines
+(which the generator replaces by the kernels' source); every launch choice comes from a
+`DecodeTuning` (ops/tuning.py) passed in; dense weights only (packed formats are dispatched
+by ops/decode.py before these are reached); no asserts (the callers check).
+
+  norm_linear(x [M, K], norm_weight [K], weight [N, K], bias [N] | None, eps, tuning)
+        -> round(W @ rms_norm(x) + bias)                                      [M, N]
+  linear_residual(x [M, K], weight [N, K], residual [M, N], tuning)  residual += round(W @ x)
+  norm_gate_up_silu(x [M, H], norm_weight [H], gate_up [2I, H], eps, tuning)
+        -> round(round(silu(round(Wg @ n))) * round(Wu @ n)), n = rms_norm(x)    [M, I]
+  attention(q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
+            max_len, hq, stride_qb, stride_qh, fused, tuning, split)  -> out [B, Hq * D]
+        the Triton attention (kernels/attention.py): fused with the q/k prep and the cache
+        append (`fused`, q the packed qkv), else over q [B, Hq, D] already rotated; `split`
+        None sizes the split by `attention_split`.
+
+Rows: M < tuning.rows_min rows run the one-row CUDA-core kernels (kernels/gemv.py: each
+program's weight tile in registers, loaded before the PDL wait); from rows_min rows on, the
+tensor-core rows kernel (kernels/rows.py), which reads each weight once for the whole batch.
+"""
+
+import functools
+
+import torch
+import triton
+
+from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
+from evokernel.kernels.gemv import gemv_add_kernel, norm_gate_up_kernel, norm_gemv_kernel
+from evokernel.kernels.rows import rows_gemv_kernel
+
+
+def next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=16)
+def sm_count(device):
+    if device.type != "cuda":
+        return 4  # the interpreter: few programs keep CPU runs fast
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def gemv_block_n(N, K, itemsize, device, tuning, tiles=1):
+    """Rows per one-row GEMV program: ~tile_bytes of weights (`tiles` tiles per row), a power
+    of two, lowered until the programs fill one wave of SMs."""
+    per_row = next_pow2(K) * itemsize * tiles
+    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
+    block = 1 << (block.bit_length() - 1)
+    while block > 1 and triton.cdiv(N, block) < sm_count(device):
+        block //= 2
+    return block
+
+
+def gemv_warps(block_n, block_k, tuning):
+    if tuning.gemv_warps:
+        return tuning.gemv_warps
+    return 8 if block_n * block_k >= 16384 else 4
+
+
+def rows_blocks(M, N, K, device, tuning):
+    """(BLOCK_M, BLOCK_N, BLOCK_K) of the rows kernel: rows in tiles of 16..64; columns
+    `tuning.rows_block_n`, or the widest of 64..16 that still fills one wave of SMs."""
+    block_m = min(64, max(16, next_pow2(M)))
+    block_k = min(tuning.rows_block_k, max(16, next_pow2(K)))
+    block_n = tuning.rows_block_n
+    if not block_n:
+        block_n = 64
+        while block_n > 16 and triton.cdiv(N, block_n) * triton.cdiv(M, block_m) < sm_count(device):
+            block_n //= 2
+    return block_m, block_n, block_k
+
+
+def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
+          norm, epilogue, write_logits=False):  # fmt: skip
+    """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue."""
+    M, K = x.shape
+    block_m, block_n, block_k = rows_blocks(M, n_out, K, x.device, tuning)
+    dummy = x  # pointer arguments a switch leaves unused
+    rows_gemv_kernel[(triton.cdiv(n_out, block_n), triton.cdiv(M, block_m))](
+        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
+        out if out is not None else dummy, residual if residual is not None else dummy,
+        keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
+        out.stride(0) if out is not None else 0,
+        residual.stride(0) if residual is not None else 0, eps,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NORM=norm,
+        HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
+        num_warps=tuning.rows_warps, launch_pdl=tuning.pdl,
+    )  # fmt: skip
+
+
+def norm_linear(x, norm_weight, weight, bias, eps, tuning):
+    N, K = weight.shape
+    M = x.shape[0]
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if tuning.rows_min <= M:
+        _rows(x, norm_weight, weight, bias, y, None, None, eps, N, tuning, norm=True, epilogue=0)
+        return y
+    block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
+    norm_gemv_kernel[(triton.cdiv(N, block_n),)](
+        x, norm_weight, weight, bias if bias is not None else x, y, M, N, x.stride(0),
+        weight.stride(0), y.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
+        NORM=True, HAS_BIAS=bias is not None, PDL=tuning.pdl,
+        num_warps=gemv_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return y
+
+
+def linear_residual(x, weight, residual, tuning):
+    N, K = weight.shape
+    M = x.shape[0]
+    if tuning.rows_min <= M:
+        _rows(x, x, weight, None, None, residual, None, 0.0, N, tuning, norm=False, epilogue=1)
+        return residual
+    block_n, block_k = gemv_block_n(N, K, weight.element_size(), x.device, tuning), next_pow2(K)
+    gemv_add_kernel[(triton.cdiv(N, block_n),)](
+        x, weight, residual, M, N, x.stride(0), weight.stride(0), residual.stride(0),
+        K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
+        num_warps=gemv_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return residual
+
+
+def norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning):
+    two_i, K = gate_up.shape
+    M, inter = x.shape[0], two_i // 2
+    act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
+    if tuning.rows_min <= M:
+        _rows(x, norm_weight, gate_up, None, act, None, None, eps, inter, tuning, norm=True,
+              epilogue=2)  # fmt: skip
+        return act
+    block_n = gemv_block_n(inter, K, gate_up.element_size(), x.device, tuning, tiles=2)
+    block_k = next_pow2(K)
+    norm_gate_up_kernel[(triton.cdiv(inter, block_n),)](
+        x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0), act.stride(0),
+        eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
+        num_warps=gemv_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return act
+
+
+_KEPT: dict = {}  # (purpose, device type, index) -> buffers handed out, in order
+
+
+def kept_zeros(purpose, device, n, dtype):
+    """At least `n` zeros of `dtype` on `device` for `purpose`, which every launch that uses
+    them leaves zero again. Every buffer handed out stays alive for the process's life: a
+    captured CUDA graph holds its address. A larger request allocates a larger buffer
+    (outside graph capture, do it once eagerly first, as warm-up does). Two launches sharing
+    a buffer must not run concurrently."""
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    kept = _KEPT.setdefault((purpose, device.type, index), [])
+    if not kept or kept[-1].numel() < n:
+        kept.append(torch.zeros(max(n, 256), dtype=dtype, device=device))
+    return kept[-1]
+
+
+def attention_split(max_len, programs_per_split, device, tuning):
+    """Chunks per sequence for a bound `max_len` on seq_lens: 1 up to `tuning.direct_max` (one
+    pass); beyond, chunks of at least `min_chunk` positions, their count rounded up to a power
+    of two (so that a chunk is one tile where the programs allow) but at most
+    `attn_programs_per_sm` programs per SM in all (programs_per_split = B * Hkv) and
+    `max_split`. The chunk size follows each sequence's own length at run time, so short
+    sequences under a long bound leave trailing chunks empty."""
+    if max_len <= tuning.direct_max:
+        return 1
+    want = next_pow2(triton.cdiv(max_len, tuning.min_chunk))
+    cap = max(1, tuning.attn_programs_per_sm * sm_count(device) // max(1, programs_per_split))
+    cap = 1 << (min(cap, tuning.max_split).bit_length() - 1)
+    return min(want, cap)
+
+
+def attention(q, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
+              max_len, hq, stride_qb, stride_qh, fused, tuning, split):  # fmt: skip
+    B = seq_lens.shape[0]
+    hkv, S, D = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    group = hq // hkv
+    bound = min(max_len, S)
+    out = torch.empty((B, hq, D), device=q.device, dtype=q.dtype)
+    if split is None:
+        split = attention_split(bound, B * hkv, q.device, tuning)
+    ticket = split > 1 and tuning.ticket_combine
+    mma = tuning.attention_mma(bound)
+    if split == 1:
+        part = lse = out
+    else:
+        part = torch.empty((B * hq, split, D), device=q.device, dtype=torch.float32)
+        lse = torch.empty((B * hq, split), device=q.device, dtype=torch.float32)
+    tickets = kept_zeros("tickets", q.device, B * hkv, torch.int32) if ticket else lse
+    qk_norm = fused and q_norm is not None
+    attention_kernel[(B * hkv, split)](
+        q, q_norm if qk_norm else q, k_norm if qk_norm else q, cos, sin, positions, seq_lens,
+        k_cache, v_cache, out, part, lse, tickets, scale, eps, split, hkv, S,
+        cos.shape[0] if fused else 0, stride_qb, stride_qh,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
+        GROUP=group, D=D, BLOCK_G=max(16, next_pow2(group)) if mma else next_pow2(group),
+        BLOCK_N=tuning.attention_block_n(bound), FUSED=fused, QK_NORM=qk_norm,
+        DIRECT=split == 1, TICKET=ticket, BLOCK_S=next_pow2(split), BLOCK_R=next_pow2(group),
+        IEEE=q.dtype == torch.float32, MMA=mma, PDL=tuning.pdl,
+        num_warps=tuning.attention_warps(bound), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    if split > 1 and not ticket:
+        attention_combine_kernel[(B * hq,)](
+            part, lse, out, hq, split, out.stride(0), out.stride(1),
+            D=D, BLOCK_S=next_pow2(split), PDL=tuning.pdl, num_warps=tuning.combine_warps,
+            launch_pdl=tuning.pdl,
+        )  # fmt: skip
+    return out.view(B, hq * D)

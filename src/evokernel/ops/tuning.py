@@ -1,0 +1,78 @@
+"""`DecodeTuning`: every launch choice of the decode layer's kernels, in one immutable record.
+
+The engine's fused decode ops (ops/decode.py) and the `decode_layer` task's seed (generated
+from ops/layer.py, tasks/decode_layer/generate.py) read the same record: the seed builds one
+from the knobs of its EVOLVE-BLOCK, so what `tune` searches is exactly what the engine runs.
+No field changes a result beyond float32 summation order.
+
+It is a `typing.NamedTuple` (not a dataclass) because its source is copied into the seed,
+whose imports are limited to torch, triton, math, functools and typing; `check_tuning` holds
+the validation a dataclass would do in `__post_init__`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class DecodeTuning(NamedTuple):
+    """Launch choices of the fused decode kernels (none changes a result)."""
+
+    pdl: bool = False  # programmatic dependent launch (sm_90+)
+    tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
+    gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
+    rows_min: int = 2  # from this many rows the tensor-core rows kernel (kernels/rows.py)
+    rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
+    rows_block_k: int = 128  # its K chunk
+    rows_warps: int = 4
+    attn_block_n: int = 64  # positions per attention tile
+    short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
+    short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
+    short_mma: bool = False  # bounds <= short_max: tensor-core products (else CUDA cores)
+    short_max: int = 256
+    attn_warps: int = 4
+    combine_warps: int = 1  # the second kernel that merges the split's chunks
+    direct_max: int = 16  # up to this bound one program per kv head (no split)
+    ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
+    # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
+    # applies (ops/attention_cuda.py; the engine only: a task candidate cannot build it)
+    cuda_direct: bool = True
+    min_chunk: int = 16  # beyond it, positions per attention program at the least
+    attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
+    max_split: int = 64
+
+    def attention_block_n(self, bound: int) -> int:
+        """Positions per attention tile for a launch bounded by `bound`."""
+        if self.short_block_n and bound <= self.short_max:
+            return self.short_block_n
+        return self.attn_block_n
+
+    def attention_mma(self, bound: int) -> bool:
+        """Whether a launch bounded by `bound` runs the attention's products on tensor cores."""
+        return self.short_mma or bound > self.short_max
+
+    def attention_warps(self, bound: int) -> int:
+        """Warps per attention program for a launch bounded by `bound`."""
+        if self.short_warps and bound <= self.short_max:
+            return self.short_warps
+        return self.attn_warps
+
+
+def check_tuning(t: DecodeTuning) -> DecodeTuning:
+    """`t`, or an AssertionError naming the first field out of range."""
+    for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
+                 "short_max", "rows_block_k"):  # fmt: skip
+        value = getattr(t, name)
+        assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
+    assert t.attn_block_n >= 16 and t.gemv_warps in (0, 1, 2, 4, 8, 16), "attn_block_n/gemv_warps"
+    short = t.short_block_n
+    assert short == 0 or (short >= 16 and short & (short - 1) == 0), "short_block_n"
+    assert t.short_warps in (0, 1, 2, 4, 8) and t.attn_warps in (1, 2, 4, 8), "attention warps"
+    assert t.combine_warps in (1, 2, 4, 8), "combine_warps"
+    assert t.rows_min >= 1 and t.rows_warps in (1, 2, 4, 8), "rows_min/rows_warps"
+    assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 16, "rows blocks"
+    assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
+    return t
+
+
+DEFAULT = DecodeTuning()
