@@ -1,7 +1,8 @@
 """The fused decode-step kernels (ops/decode.py) vs their torch compositions (ops/compose.py).
 
-Odd sizes everywhere (rows, columns and K that are not multiples of any block), 1..8 rows, NaN
-junk in the cache past seq_lens, forced attention splits including ones with empty chunks,
+Odd sizes everywhere (rows, columns and K that are not multiples of any block), 1..40 rows
+(one-row CUDA-core kernels below `rows_min`, the tensor-core rows kernel from there on, both
+forced at the same sizes), q/k/v biases, NaN junk in the cache past seq_lens, forced attention splits including ones with empty chunks,
 and GQA ratios from 1:1 to 5:1.
 """
 
@@ -14,40 +15,57 @@ import triton.language as tl
 from kernel_checks import DTYPES, assert_close
 
 from evokernel.kernels.gemv import argmax_key
-from evokernel.ops import decode, rope
+from evokernel.ops import decode, layer, rope
 from evokernel.ops.registry import OpSet
+from evokernel.ops.tuning import check_tuning
 
 REF = OpSet.torch()
 EPS = 1e-6
-GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48)]  # M, N, K
+GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 40)]  # M, N, K
+# One-row kernels at every row count; the rows kernel from 2 rows on, with tiles of 16
+# columns and a K chunk under K (its loop runs more than once).
+GEMV_PATHS = {
+    "default": decode.DEFAULT,
+    "one-row": decode.DecodeTuning(rows_min=1 << 30),
+    "rows-small-tiles": decode.DecodeTuning(rows_min=2, rows_block_n=16, rows_block_k=16),
+}
 
 
 def _randn(*shape, g, dtype, device, scale=1.0):
     return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
 
 
+@pytest.mark.parametrize("path", list(GEMV_PATHS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M,N,K", GEMV_CASES)
-def test_gemv_ops_match_their_compositions(M, N, K, dtype, device) -> None:
+def test_gemv_ops_match_their_compositions(M, N, K, dtype, path, device) -> None:
+    if path != "default" and M == 1:
+        pytest.skip("one row: the one-row kernel whatever the path")
+    t = GEMV_PATHS[path]
     g = torch.Generator().manual_seed(M * 1000 + N + K)
     x = _randn(M, K, g=g, dtype=dtype, device=device, scale=3.0)
     norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device, dtype)
     w = _randn(N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
+    bias = _randn(N, g=g, dtype=dtype, device=device, scale=0.3)
     gate_up = _randn(2 * N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
-    assert_close(decode.norm_linear(x, norm_w, w, EPS), REF.norm_linear(x, norm_w, w, EPS), "y")
+    got = decode.norm_linear(x, norm_w, w, EPS, tuning=t)
+    assert_close(got, REF.norm_linear(x, norm_w, w, EPS), "y")
+    got = decode.norm_linear(x, norm_w, w, EPS, bias, tuning=t)
+    assert_close(got, REF.norm_linear(x, norm_w, w, EPS, bias), "y + bias")
     assert_close(
-        decode.norm_gate_up_silu(x, norm_w, gate_up, EPS),
+        decode.norm_gate_up_silu(x, norm_w, gate_up, EPS, tuning=t),
         REF.norm_gate_up_silu(x, norm_w, gate_up, EPS),
         "act",
     )
     assert_close(
-        decode.norm_logits(x, norm_w, w, EPS), REF.norm_logits(x, norm_w, w, EPS), "logits"
-    )
+        decode.norm_logits(x, norm_w, w, EPS, tuning=t), REF.norm_logits(x, norm_w, w, EPS),
+        "logits", rounded=dtype,
+    )  # fmt: skip
     x_n = _randn(M, K, g=g, dtype=dtype, device=device)
     res = _randn(M, N, g=g, dtype=dtype, device=device, scale=4.0)
     want = REF.linear_residual(x_n, w, res.clone())
     got = res.clone()
-    assert decode.linear_residual(x_n, w, got) is got  # in place
+    assert decode.linear_residual(x_n, w, got, tuning=t) is got  # in place
     assert_close(got, want, "residual")
 
 
@@ -180,7 +198,7 @@ def _attention_inputs(B, hq, hkv, D, S, lens, dtype, device, seed):
 
 def _tickets_are_zero(device) -> bool:
     return all(
-        int(t.abs().sum()) == 0 for key, kept in decode._KEPT.items() for t in kept
+        int(t.abs().sum()) == 0 for key, kept in layer._KEPT.items() for t in kept
         if key[1] == torch.device(device).type
     )  # fmt: skip
 
@@ -268,12 +286,12 @@ def test_ticket_buffers_grow_and_are_kept(device) -> None:
     assert decode.attention_tickets(dev, small.numel()) is small  # the same address again
     big = decode.attention_tickets(dev, small.numel() + 1)
     assert big.numel() > small.numel()
-    kept = [t for (_, kind, _), ts in decode._KEPT.items() if kind == dev.type for t in ts]
+    kept = [t for (_, kind, _), ts in layer._KEPT.items() if kind == dev.type for t in ts]
     assert any(t is small for t in kept)  # a graph captured with it may still replay
 
 
 def test_attention_split_fills_the_gpu_and_stays_a_power_of_two(monkeypatch) -> None:
-    monkeypatch.setattr(decode, "sm_count", lambda device: 132)  # an H100/H200
+    monkeypatch.setattr(layer, "sm_count", lambda device: 132)  # an H100/H200
     cuda = torch.device("cuda")
     bounds = (1, 16, 17, 100, 256, 257, 1024, 4096, 32768)
     splits = {n: decode.attention_split(n, 8, cuda) for n in bounds}
@@ -321,6 +339,8 @@ def test_short_tiles_apply_up_to_their_bound() -> None:
     assert [tuning.attention_warps(n) for n in (1, 256, 257)] == [2, 2, decode.DEFAULT.attn_warps]
     assert decode.DEFAULT.attention_warps(1) == decode.DEFAULT.attn_warps
     with pytest.raises(AssertionError, match="short_block_n"):
-        decode.DecodeTuning(short_block_n=24)
+        check_tuning(decode.DecodeTuning(short_block_n=24))
     with pytest.raises(AssertionError):
-        decode.DecodeTuning(short_warps=3)
+        check_tuning(decode.DecodeTuning(short_warps=3))
+    with pytest.raises(AssertionError, match="rows"):
+        check_tuning(decode.DecodeTuning(rows_block_n=24))

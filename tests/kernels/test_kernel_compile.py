@@ -28,6 +28,7 @@ SCRIPT = textwrap.dedent(
         norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
     from evokernel.kernels.rope import qk_norm_rope_append_kernel
+    from evokernel.kernels.rows import rows_gemv_kernel
 
     CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
@@ -70,26 +71,27 @@ SCRIPT = textwrap.dedent(
                 "k_norm_ptr": p, "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32",
                 "q_out_ptr": p, "k_cache_ptr": p, "v_cache_ptr": p, "T": "i32", "Hq": "i32",
                 "Hkv": "i32", "S": "i32", "P": "i32", "stride_qkv": "i32", "eps": "fp32"},
-                {"D": 128, "BLOCK_H": heads, "BLOCK_HALF": 64}, warps)
+                {"D": 128, "BLOCK_H": heads, "BLOCK_HALF": 64, "QK_NORM": heads == 32}, warps)
 
     # The fused decode kernels at Qwen3-0.6B's shapes in bf16 with PDL on, as
     # ops/decode.py launches them with the default tuning on a 132-SM GPU.
     p = "*bf16"
-    gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "M": "i32", "N": "i32",
-            "stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
+    gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "y_ptr": p, "M": "i32",
+            "N": "i32", "stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
     flags = {"PDL": True}
     ptrs = ("x_ptr", "w_ptr", "stride_x", "stride_w")
-    for rows, block_n in ((1, 16), (8, 16)):
+    for rows, block_n, bias in ((1, 16, False), (8, 16, False), (1, 16, True)):
         out = compile_one(norm_gemv_kernel, gemv, {"K": 1024, "BLOCK_M": rows,
-            "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, **flags}, 8, ptrs)
-        no_spills(out, f"norm_gemv qkv M={rows}")
+            "BLOCK_N": block_n, "BLOCK_K": 1024, "NORM": True, "HAS_BIAS": bias, **flags}, 8,
+            ptrs)
+        no_spills(out, f"norm_gemv qkv M={rows} bias={bias}")
     add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32",
            "stride_w": "i32", "stride_res": "i32"}
     for k, block_k in ((2048, 2048), (3072, 4096)):
         out = compile_one(gemv_add_kernel, add, {"K": k, "BLOCK_M": 1, "BLOCK_N": 8,
             "BLOCK_K": block_k, **flags}, 8, ptrs)
         no_spills(out, f"gemv_add K={k}")
-    gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "I": "i32",
+    gate_up = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "INTER": "i32",
                "stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
     out = compile_one(norm_gate_up_kernel, gate_up, {"K": 1024, "BLOCK_M": 1, "BLOCK_N": 8,
         "BLOCK_K": 1024, **flags}, 8, ptrs)
@@ -102,6 +104,17 @@ SCRIPT = textwrap.dedent(
             "BLOCK_K": 1024, "WRITE_LOGITS": logits, "ARGMAX": not logits, "PDL": True}, 8,
             ptrs)
         no_spills(out, f"norm_head logits={logits}")
+    # The batched rows kernel (tensor cores), every epilogue, 16 and 64 rows per tile.
+    rows_args = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "out_ptr": p,
+                 "res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32",
+                 "stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
+    for epilogue, k, block_m in ((0, 1024, 16), (1, 3072, 64), (2, 1024, 32), (3, 1024, 16)):
+        args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
+        out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": block_m, "BLOCK_N": 64,
+            "BLOCK_K": 128, "NORM": epilogue != 1, "HAS_BIAS": epilogue == 0,
+            "EPILOGUE": epilogue, "WRITE_LOGITS": epilogue == 3, "ARGMAX": epilogue == 3,
+            "IEEE": False, "PDL": True}, 4, ptrs)
+        no_spills(out, f"rows epilogue={epilogue} M={block_m}")
     out = compile_one(argmax_finish_kernel, {"key_ptr": "*i64", "token_ptr": "*i64",
         "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "M": "i32"},
         {"BLOCK_M": 1, "ADVANCE": True, "PDL": True}, 1)
@@ -123,7 +136,7 @@ SCRIPT = textwrap.dedent(
                                        (True, False, False, False)):
         out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128,
             "BLOCK_G": 16 if mma else 2, "BLOCK_N": 64 if mma else 16, "FUSED": fused,
-            "DIRECT": direct, "TICKET": ticket, "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False,
+            "QK_NORM": fused and mma, "DIRECT": direct, "TICKET": ticket, "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False,
             "MMA": mma, **flags}, 4, ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
         no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket} mma={mma}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",

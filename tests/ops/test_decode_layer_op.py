@@ -1,5 +1,6 @@
-"""The fused `decode_layer` op: the engine's old per-layer sequence, bit for bit; its origin
-labels; a `decode_layer` candidate file."""
+"""The fused `decode_layer` op: the sequence of the five fused ops, bit for bit, for each
+family's switches (q/k/v bias, q/k norms); its origin labels; a `decode_layer` candidate
+file."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ H, HQ, HKV, D, INTER, S = 64, 4, 2, 32, 96, 40
 LAYER_CANDIDATE = (Path(__file__).parents[1] / "packs" / "torch_layer_program.py").read_text()
 
 
-def _layer_inputs(B: int, seed: int = 0, device: str = "cpu") -> dict:
-    """One layer's inputs in float32 on `device`."""
+def _layer_inputs(
+    B: int, seed: int = 0, device: str = "cpu", bias: bool = False, qk_norm: bool = True
+) -> dict:
+    """One layer's inputs in float32 on `device` (Qwen3's family by default; `bias` and
+    `qk_norm` switch the family's parts)."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -32,8 +36,9 @@ def _layer_inputs(B: int, seed: int = 0, device: str = "cpu") -> dict:
         "h": rnd(B, H),
         "input_norm": 1 + 0.1 * rnd(H),
         "qkv_proj": rnd((HQ + 2 * HKV) * D, H, scale=H**-0.5),
-        "q_norm": 1 + 0.1 * rnd(D),
-        "k_norm": 1 + 0.1 * rnd(D),
+        "qkv_bias": 0.1 * rnd((HQ + 2 * HKV) * D) if bias else None,
+        "q_norm": 1 + 0.1 * rnd(D) if qk_norm else None,
+        "k_norm": 1 + 0.1 * rnd(D) if qk_norm else None,
         "o_proj": rnd(H, HQ * D, scale=(HQ * D) ** -0.5),
         "post_attn_norm": 1 + 0.1 * rnd(H),
         "gate_up_proj": rnd(2 * INTER, H, scale=H**-0.5),
@@ -56,9 +61,9 @@ def _copy(inputs: dict) -> dict:
 
 
 def _old_sequence(ops: OpSet, x: dict) -> torch.Tensor:
-    """What DecoderModel._decode_layers ran per layer before `decode_layer` existed."""
+    """The five fused ops in the layer's order (what `decode_layer` composes)."""
     h, eps = x["h"], x["eps"]
-    qkv = ops.norm_linear(h, x["input_norm"], x["qkv_proj"], eps)
+    qkv = ops.norm_linear(h, x["input_norm"], x["qkv_proj"], eps, x["qkv_bias"])
     attn = ops.decode_attention_qkv(
         qkv, x["q_norm"], x["k_norm"], x["cos"], x["sin"], x["positions"], x["k_cache"],
         x["v_cache"], x["seq_lens"], x["scale"], eps, x["max_len"],
@@ -70,14 +75,18 @@ def _old_sequence(ops: OpSet, x: dict) -> torch.Tensor:
 
 
 def _call(ops: OpSet, x: dict) -> torch.Tensor:
-    return ops.decode_layer(*x.values())  # the entry point's argument order
+    rest = {k: v for k, v in x.items() if k != "h"}
+    return ops.decode_layer(x["h"], **rest)  # keywords after h
 
 
 @pytest.mark.parametrize("kind", ["torch", "triton"])
-@pytest.mark.parametrize("B", [1, 3])
-def test_decode_layer_is_the_old_sequence_bit_for_bit(kind: str, B: int, device: str) -> None:
+@pytest.mark.parametrize(("B", "bias", "qk_norm"), [(1, False, True), (3, False, True),
+                                                     (2, True, False), (1, False, False)])  # fmt: skip
+def test_decode_layer_is_the_fused_sequence_bit_for_bit(
+    kind: str, B: int, bias: bool, qk_norm: bool, device: str
+) -> None:
     ops = OpSet.named(kind, pdl=False)  # Triton: under the interpreter on the CPU
-    inputs = _layer_inputs(B, seed=B, device=device)
+    inputs = _layer_inputs(B, seed=B, device=device, bias=bias, qk_norm=qk_norm)
     old, new = _copy(inputs), _copy(inputs)
     want = _old_sequence(ops, old)
     got = _call(ops, new)

@@ -9,14 +9,16 @@ CALLS = []
 
 def decode_layer(
     h,
+    *,
     input_norm,
     qkv_proj,
-    q_norm,
-    k_norm,
     o_proj,
     post_attn_norm,
     gate_up_proj,
     down_proj,
+    qkv_bias,
+    q_norm,
+    k_norm,
     cos,
     sin,
     positions,
@@ -29,7 +31,7 @@ def decode_layer(
 ):
     CALLS.append(int(max_len))
     B = h.shape[0]
-    qkv = R.linear(R.rms_norm(h, input_norm, eps), qkv_proj)
+    qkv = R.linear(R.rms_norm(h, input_norm, eps), qkv_proj, qkv_bias)
     q = R.qk_norm_rope_append(
         qkv.view(B, 1, -1), q_norm, k_norm, cos, sin, positions.view(B, 1), k_cache, v_cache, eps
     )

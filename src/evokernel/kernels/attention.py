@@ -208,8 +208,11 @@ def attention_kernel(
             qw2 = tl.load(q_norm_ptr + HALF + offs_h).to(tl.float32)
             kw1 = tl.load(k_norm_ptr + offs_h).to(tl.float32)
             kw2 = tl.load(k_norm_ptr + HALF + offs_h).to(tl.float32)
-        else:
-            qw1 = qw2 = kw1 = kw2 = c  # unused
+        else:  # unused
+            qw1 = c
+            qw2 = c
+            kw1 = c
+            kw2 = c
 
     pdl_enter(PDL)
 

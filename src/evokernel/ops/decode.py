@@ -51,7 +51,11 @@ __all__ = [
     "norm_logits",
 ]
 
-attention_split = layer.attention_split
+def attention_split(
+    max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
+) -> int:
+    """Chunks per sequence for a bound on seq_lens (ops/layer.py `attention_split`)."""
+    return int(layer.attention_split(max_len, programs_per_split, device, tuning))
 
 
 def _check_rows(x: torch.Tensor, K: int) -> int:
