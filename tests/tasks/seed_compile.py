@@ -9,6 +9,7 @@ kernel. It must run without TRITON_INTERPRET.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import triton
-from task_checks import knob_corners, knob_space
+from task_checks import knob_axes, knob_corners, knob_space
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -31,7 +32,8 @@ _done: dict[str, int] = {}  # compile key -> shared bytes: knob combinations sha
 
 def _load(task_name: str, knobs: dict[str, Any]):
     source = set_knobs(get_task(task_name).seed_candidate.read_text(), knobs)
-    name = f"seed_{task_name}_" + "_".join(f"{k}{v}" for k, v in knobs.items())
+    digest = hashlib.sha256(repr(sorted(knobs.items())).encode()).hexdigest()[:16]
+    name = f"seed_{task_name.split('@')[0]}_{digest}"
     path = _DIR / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -102,62 +104,72 @@ def compile_linear(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]
 
 def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
     """The decode-layer seed's kernels at Qwen3-0.6B's shapes (`shapes`: also a 5:1 group with
-    D=64 and a 4096-wide model), launched as its launchers would on a 132-SM GPU."""
+    D=64 and a 4096-wide model), one row and a batch of 8, launched as its launchers would on
+    a 132-SM GPU."""
     m = _load("decode_layer", knobs)
-    m._sm_count = lambda device: 132
+    m.sm_count = lambda device: 132
+    t = m._tuning()
     p = "*" + dtype
-    pdl = bool(m.PDL)
+    pdl = bool(t.pdl)
     lines = []
     for H, hq, hkv, D, inter in ((1024, 16, 8, 128, 3072), (4096, 10, 2, 64, 12288))[
         : 2 if shapes else 1
     ]:
         n_qkv = (hq + 2 * hkv) * D
-        gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "y_ptr": p, "M": "i32", "N": "i32"}
-        gemv |= {"stride_x": "i32", "stride_w": "i32", "stride_y": "i32", "eps": "fp32"}
+        gemv = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "y_ptr": p, "M": "i32"}
+        gemv |= {"N": "i32", "stride_x": "i32", "stride_w": "i32", "stride_y": "i32"}
+        gemv |= {"eps": "fp32"}
         add = {"x_ptr": p, "w_ptr": p, "res_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32"}
         add |= {"stride_w": "i32", "stride_res": "i32"}
         gate = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "act_ptr": p, "M": "i32", "INTER": "i32"}
         gate |= {"stride_x": "i32", "stride_w": "i32", "stride_act": "i32", "eps": "fp32"}
-        launches = [  # (kernel, signature, N, K, tiles)
-            (m._norm_gemv, gemv, n_qkv, H, 1),
-            (m._gemv_add, add, H, hq * D, 1),
-            (m._gemv_add, add, H, inter, 1),
-            (m._norm_gate_up if m.FUSE_GATE_UP else m._norm_gemv, gate if m.FUSE_GATE_UP
-             else gemv, inter if m.FUSE_GATE_UP else 2 * inter, H, 2 if m.FUSE_GATE_UP else 1),
-        ]  # fmt: skip
-        for fn, sig, n, k, tiles in launches:
-            block_n, block_k = m._block_n(n, k, 2, None, tiles), m._next_pow2(k)
+        launches = [  # (kernel, signature, N, K, tiles, extra constants)
+            (m.norm_gemv_kernel, gemv, n_qkv, H, 1, {"NORM": True, "HAS_BIAS": False}),
+            (m.gemv_add_kernel, add, H, hq * D, 1, {}),
+            (m.gemv_add_kernel, add, H, inter, 1, {}),
+            (m.norm_gate_up_kernel, gate, inter, H, 2, {}),
+        ]
+        for fn, sig, n, k, tiles, extra in launches:
+            block_n, block_k = m.gemv_block_n(n, k, 2, None, t, tiles), m.next_pow2(k)
             consts = {"K": k, "BLOCK_M": 1, "BLOCK_N": block_n, "BLOCK_K": block_k, "PDL": pdl}
-            warps = m._warps(tiles * block_n, block_k)
-            shared = _compile(fn, sig, consts, warps, 3)
+            warps = m.gemv_warps(tiles * block_n, block_k, t)
+            shared = _compile(fn, sig, consts | extra, warps, 3)
             lines.append(f"{fn.__name__} {dtype} {consts} warps={warps}: {shared} B shared")
-        if not m.FUSE_GATE_UP:
-            sig = {"gu_ptr": p, "act_ptr": p, "INTER": "i32", "stride_gu": "i32"}
-            sig["stride_act"] = "i32"
-            consts = {"BLOCK": min(1024, m._next_pow2(inter)), "PDL": pdl}
-            lines.append(f"_silu_mul {dtype}: {_compile(m._silu_mul, sig, consts, 4, 3)} B shared")
-        sig = {n: p for n in ("qkv_ptr", "q_norm_ptr", "k_norm_ptr")}
+        rows = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "out_ptr": p}
+        rows |= {"res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32"}
+        rows |= {"stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
+        for epilogue, n, k in ((0, n_qkv, H), (1, H, hq * D), (2, inter, H), (1, H, inter)):
+            block_m, block_n, block_k = m.rows_blocks(8, n, k, None, t)
+            consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+            consts |= {"NORM": epilogue != 1, "HAS_BIAS": False, "EPILOGUE": epilogue}
+            consts |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
+            shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, t.rows_warps, 3)
+            lines.append(f"rows_gemv_kernel {dtype} {consts}: {shared} B shared")
+        sig = {n: p for n in ("q_ptr", "q_norm_ptr", "k_norm_ptr")}
         sig |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32"}
         sig |= {"k_ptr": p, "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32"}
-        sig |= {"scale": "fp32", "eps": "fp32"}
-        sig |= dict.fromkeys(["SPLIT", "Hkv", "S", "P", "stride_qkv"], "i32")
+        sig |= {"ticket_ptr": "*i32", "scale": "fp32", "eps": "fp32"}
+        sig |= dict.fromkeys(["SPLIT", "Hkv", "S", "P", "stride_qb", "stride_qh"], "i32")
         sig |= dict.fromkeys(
-            [f"stride_{s}" for s in ("kb", "kh", "ks", "vb", "vh", "vs", "ob")], "i32"
+            [f"stride_{s}" for s in ("kb", "kh", "ks", "vb", "vh", "vs", "ob", "oh")], "i32"
         )
         # The long-context launch (tensor-core products) and the first bucket's.
-        for direct, mma in ((True, True), (False, True), (False, bool(m.SHORT_MMA))):
-            group = hq // hkv
+        group = hq // hkv
+        for bound, direct in ((4096, True), (4096, False), (256, False)):
+            mma = t.attention_mma(bound)
             consts = {"GROUP": group, "D": D, "BLOCK_G": 16 if mma else _pow2(group)}
-            consts |= {"BLOCK_N": m.ATTN_BLOCK_N if mma else m.SHORT_BLOCK_N}
-            consts |= {"DIRECT": direct, "IEEE": dtype == "fp32", "MMA": mma}
-            consts |= {"EXP2": bool(m.EXP2), "PDL": pdl}
-            shared = _compile(m._attention, sig, consts, m.ATTN_WARPS, 3)
-            lines.append(f"_attention {dtype} {consts}: {shared} B shared")
+            consts |= {"BLOCK_N": t.attention_block_n(bound), "FUSED": True, "QK_NORM": True}
+            consts |= {"DIRECT": direct, "TICKET": bool(t.ticket_combine) and not direct}
+            consts |= {"BLOCK_S": 64, "BLOCK_R": _pow2(group), "IEEE": dtype == "fp32"}
+            consts |= {"MMA": mma, "PDL": pdl}
+            warps = t.attention_warps(bound)
+            shared = _compile(m.attention_kernel, sig, consts, warps, 3)
+            lines.append(f"attention_kernel {dtype} {consts} warps={warps}: {shared} B shared")
         sig = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": p, "Hq": "i32", "SPLIT": "i32"}
-        sig["stride_ob"] = "i32"
-        consts = {"D": D, "BLOCK_S": 64, "EXP2": bool(m.EXP2), "PDL": pdl}
-        shared = _compile(m._combine, sig, consts, m.COMBINE_WARPS, 3)
-        lines.append(f"_combine {dtype}: {shared} B shared")
+        sig |= {"stride_ob": "i32", "stride_oh": "i32"}
+        consts = {"D": D, "BLOCK_S": 64, "PDL": pdl}
+        shared = _compile(m.attention_combine_kernel, sig, consts, t.combine_warps, 3)
+        lines.append(f"attention_combine_kernel {dtype}: {shared} B shared")
     return lines
 
 
@@ -172,11 +184,17 @@ COMPILERS = {
 }
 
 
+# The layer's space is too large for corners or a product: each knob's values one at a time.
+SPACES = {"decode_layer": (knob_axes, knob_axes)}
+
+
 def run(full: bool) -> list[str]:
-    """Corners in bfloat16 (quick), or every combination in bfloat16 and float16 on two shapes."""
+    """Corners in bfloat16 (quick), or every combination in bfloat16 and float16 on two shapes
+    (the layer: each knob value in turn)."""
     lines = []
     for task_name, compile_fn in COMPILERS.items():
-        for knobs in (knob_space if full else knob_corners)(task_name):
+        quick, everything = SPACES.get(task_name, (knob_corners, knob_space))
+        for knobs in (everything if full else quick)(task_name):
             for dtype in ("bf16", "fp16") if full else ("bf16",):
                 lines += [f"{task_name} {line}" for line in compile_fn(knobs, dtype, full)]
     return lines

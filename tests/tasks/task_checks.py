@@ -96,6 +96,13 @@ def knob_space(task_name: str) -> list[dict[str, Any]]:
     return [dict(zip(names, c)) for c in itertools.product(*(k.choices for k in knobs))]
 
 
+def knob_axes(task_name: str) -> list[dict[str, Any]]:
+    """The seed's own knobs, then each knob at each of its other values (the rest as seeded)."""
+    knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())
+    seed = {k.name: k.value for k in knobs}
+    return [seed, *({**seed, k.name: v} for k in knobs for v in k.choices if v != k.value)]
+
+
 def knob_corners(task_name: str) -> list[dict[str, Any]]:
     """The seed's own knobs, then every combination of each knob's first and last choice."""
     knobs = parse_knobs(get_task(task_name).seed_candidate.read_text())

@@ -61,8 +61,8 @@ def test_a_one_character_change_to_a_source_is_drift(path):
         text = generate._read(rel)
         if rel != path:
             return text
-        at = text.index("BLOCK_N")  # inside a definition the seed copies
-        return text[:at] + "BLOCK_n" + text[at + len("BLOCK_N") :]
+        at = text.index("=", text.index("\ndef "))  # inside the first definition
+        return text[:at] + "= " + text[at + 1 :]  # one character more
 
     assert generate.generate(edited) != SOURCE
 

@@ -43,7 +43,12 @@ def test_plain_name_is_qwen3_06b_and_shaped_names_parse():
     assert other.shape == Shape(H=2048, Hq=16, Hkv=8, D=128, I=6144)
     assert get_task("decode_layer@H2048-Hq16-Hkv8-D128-I6144") is other  # built once
     for s in other.scenarios("cuda"):
-        assert {k: s.params[k] for k in ("H", "Hq", "Hkv", "D", "I")} == other.shape.params()
+        assert {k: s.params[k] for k in other.shape.params()} == other.shape.params()
+    family = get_task("decode_layer@H896-Hq14-Hkv2-D64-I4864-bias-noqknorm")
+    assert family.shape == Shape(896, 14, 2, 64, 4864, qkv_bias=True, qk_norm=False)
+    assert family.shape.spec() == "H896-Hq14-Hkv2-D64-I4864-bias-noqknorm"
+    for s in family.scenarios("cpu") + family.hidden_scenarios("cpu", 0):  # the family kept
+        assert (s.params["qkv_bias"], s.params["qk_norm"]) == (True, False)
 
 
 def test_cpu_scenarios_run_a_tiny_shape_as_it_is():
@@ -61,6 +66,8 @@ def test_cpu_scenarios_run_a_tiny_shape_as_it_is():
         ("qwen3-0.6b", "decode_layer"),
         ("qwen3-1.7b", "decode_layer@H2048-Hq16-Hkv8-D128-I6144"),
         ("qwen3-4b", "decode_layer@H2560-Hq32-Hkv8-D128-I9728"),
+        ("qwen2.5-0.5b", "decode_layer@H896-Hq14-Hkv2-D64-I4864-bias-noqknorm"),
+        ("llama-3.2-1b", "decode_layer@H2048-Hq32-Hkv8-D64-I8192-noqknorm"),
     ],
 )
 def test_a_checkpoint_config_names_its_task(preset, name):
@@ -77,6 +84,7 @@ def test_a_checkpoint_config_names_its_task(preset, name):
         ("decode_layer@H2048-Hq16-Hkv8-D128", "malformed task name"),
         ("decode_layer@h2048-hq16-hkv8-d128-i6144", "malformed task name"),
         ("decode_layer@H2048-Hq16-Hkv8-D128-I6144-x", "malformed task name"),
+        ("decode_layer@H2048-Hq16-Hkv8-D128-I6144-noqknorm-bias", "malformed task name"),
         ("decode_layer@H02048-Hq16-Hkv8-D128-I6144", "write the sizes plainly"),
         ("decode_layer@H2048-Hq12-Hkv8-D128-I6144", "must be a multiple of kv heads"),
         ("decode_layer@H2048-Hq16-Hkv8-D96-I6144", "head dim must be"),

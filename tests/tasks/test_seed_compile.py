@@ -23,4 +23,6 @@ def test_seed_kernels_compile_for_sm90():
         pytest.skip("Triton's ptxas is not available on this machine")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("compiled"), proc.stderr[-3000:]
     assert "_combine" in proc.stdout and "_splitk_reduce" in proc.stdout
-    assert "decode_layer _attention" in proc.stdout and "decode_layer _norm_gate_up" in proc.stdout
+    assert "decode_layer attention_kernel" in proc.stdout
+    assert "decode_layer norm_gate_up_kernel" in proc.stdout
+    assert "decode_layer rows_gemv_kernel" in proc.stdout
