@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evokernel.engine.loading import load_engine
 from evokernel.engine.decoder import DecoderModel
+from evokernel.engine.loading import load_engine
 
 PROMPT = [17, 300, 5, 99, 258, 42, 7, 511, 64]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.generate import GenerateOptions, generate
 from evokernel.engine.loading import load_engine
-from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.verify import load_reference, reference_greedy
 from evokernel.errors import ConfigError
 from evokernel.ops.sampling import SamplingParams

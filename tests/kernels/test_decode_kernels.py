@@ -2,8 +2,8 @@
 
 Odd sizes everywhere (rows, columns and K that are not multiples of any block), 1..40 rows
 (one-row CUDA-core kernels below `rows_min`, the tensor-core rows kernel from there on, both
-forced at the same sizes), q/k/v biases, NaN junk in the cache past seq_lens, forced attention splits including ones with empty chunks,
-and GQA ratios from 1:1 to 5:1.
+forced at the same sizes), q/k/v biases, NaN junk in the cache past seq_lens, forced attention
+splits including ones with empty chunks, and GQA ratios from 1:1 to 5:1.
 """
 
 from __future__ import annotations

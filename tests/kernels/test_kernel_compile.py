@@ -136,8 +136,9 @@ SCRIPT = textwrap.dedent(
                                        (True, False, False, False)):
         out = compile_one(attention_kernel, attn, {"GROUP": 2, "D": 128,
             "BLOCK_G": 16 if mma else 2, "BLOCK_N": 64 if mma else 16, "FUSED": fused,
-            "QK_NORM": fused and mma, "DIRECT": direct, "TICKET": ticket, "BLOCK_S": 32, "BLOCK_R": 2, "IEEE": False,
-            "MMA": mma, **flags}, 4, ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
+            "QK_NORM": fused and mma, "DIRECT": direct, "TICKET": ticket, "BLOCK_S": 32,
+            "BLOCK_R": 2, "IEEE": False, "MMA": mma, **flags}, 4,
+            ("q_ptr", "k_ptr", "v_ptr", "stride_ks", "stride_vs"))
         no_spills(out, f"attention fused={fused} direct={direct} ticket={ticket} mma={mma}")
     compile_one(attention_combine_kernel, {"part_ptr": "*fp32", "lse_ptr": "*fp32",
         "out_ptr": p, "Hq": "i32", "SPLIT": "i32", "stride_ob": "i32", "stride_oh": "i32"},

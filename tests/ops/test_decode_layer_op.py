@@ -79,9 +79,11 @@ def _call(ops: OpSet, x: dict) -> torch.Tensor:
     return ops.decode_layer(x["h"], **rest)  # keywords after h
 
 
+FAMILY_CASES = [(1, False, True), (3, False, True), (2, True, False), (1, False, False)]
+
+
 @pytest.mark.parametrize("kind", ["torch", "triton"])
-@pytest.mark.parametrize(("B", "bias", "qk_norm"), [(1, False, True), (3, False, True),
-                                                     (2, True, False), (1, False, False)])  # fmt: skip
+@pytest.mark.parametrize(("B", "bias", "qk_norm"), FAMILY_CASES)
 def test_decode_layer_is_the_fused_sequence_bit_for_bit(
     kind: str, B: int, bias: bool, qk_norm: bool, device: str
 ) -> None:
