@@ -51,6 +51,7 @@ __all__ = [
     "norm_logits",
 ]
 
+
 def attention_split(
     max_len: int, programs_per_split: int, device: torch.device, tuning: DecodeTuning = DEFAULT
 ) -> int:
