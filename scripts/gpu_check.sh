@@ -6,14 +6,17 @@
 #   scripts/gpu_check.sh env tests engine     chosen sections, in this order
 #
 # Sections: env tests engine stages sync evaluator evolve (sync: what a dependency between
-# decode stages costs, bench/sync_costs.py), and two of about 6 minutes each that are
-# not in the default list: bench (the decode benchmark's full suite) and throughput (the
+# decode stages costs, bench/sync_costs.py), and, not in the default list: families (verify +
+# bench per model family, scripts/gpu/families_check.sh), batch (batched decode throughput and
+# greedy agreement, scripts/gpu/batch_decode.py), trees (this tree's engine against $OLD's,
+# scripts/gpu/trees_check.sh), and of about 6 minutes each: bench (the decode benchmark's full suite) and throughput (the
 # evaluator's throughput and false rejections over both tasks' knob spaces), and layer (the
 # decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call).
 # Each writes JSON and a log under $OUT (./out when unset); one failing section does not stop
 # the others. The last lines printed
 # are a short table of every section's figures (scripts/gpu/summary.py). The random Qwen3-0.6B
-# checkpoint the engine sections use is written once to $CKPT (default /tmp/evokernel-0.6b).
+# checkpoint the engine sections use is written once to $CKPT (default
+# /tmp/evokernel-qwen3-0.6b).
 # TESTS selects the GPU test paths (default: tests), TESTS_MARK their marker expression
 # (default: gpu, about 9 minutes on an H200; "gpu and not slow" about 4), STAGE_VARIANTS the
 # decode_stages launch variants (default: all of them), e.g. STAGE_VARIANTS=default,tickets.
@@ -24,7 +27,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-export CKPT=${CKPT:-/tmp/evokernel-0.6b}
+export CKPT=${CKPT:-/tmp/evokernel-qwen3-0.6b}
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(env tests engine stages sync evaluator evolve)
 
@@ -58,7 +61,11 @@ for s in "${sections[@]}"; do
     bench) checkpoint && MODEL=$CKPT run_section bench bash scripts/gpu/bench_decode.sh ;;
     throughput) run_section throughput bash scripts/gpu/eval_throughput.sh ;;
     layer) run_section layer bash scripts/gpu/layer_check.sh ;;
-    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer)"
+    families) run_section families bash scripts/gpu/families_check.sh ;;
+    batch) checkpoint && run_section batch $PY scripts/gpu/batch_decode.py --model "$CKPT" \
+             --out "$OUT/batch_decode.json" ;;
+    trees) run_section trees bash scripts/gpu/trees_check.sh ;;
+    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer families batch trees)"
        exit 2 ;;
   esac
 done

@@ -108,13 +108,20 @@ SCRIPT = textwrap.dedent(
     rows_args = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "out_ptr": p,
                  "res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32",
                  "stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
-    for epilogue, k, block_m in ((0, 1024, 16), (1, 3072, 64), (2, 1024, 32), (3, 1024, 16)):
+    # (epilogue, K, BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) as ops/layer.py picks them at
+    # Qwen3-0.6B's shapes (the whole K in registers where 16 columns of it fit 64 KB)
+    for epilogue, k, block_m, block_n, block_k, whole, warps in (
+        (0, 1024, 16, 16, 1024, True, 8), (1, 2048, 16, 16, 2048, True, 8),
+        (1, 3072, 64, 16, 256, False, 4), (2, 1024, 16, 16, 1024, True, 8),
+        (3, 1024, 16, 64, 1024, True, 8),
+    ):
         args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
-        out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": block_m, "BLOCK_N": 64,
-            "BLOCK_K": 128, "NORM": epilogue != 1, "HAS_BIAS": epilogue == 0,
+        out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": block_m,
+            "BLOCK_N": block_n, "BLOCK_K": block_k, "WHOLE_K": whole,
+            "NORM": epilogue != 1, "HAS_BIAS": epilogue == 0,
             "EPILOGUE": epilogue, "WRITE_LOGITS": epilogue == 3, "ARGMAX": epilogue == 3,
-            "IEEE": False, "PDL": True}, 4, ptrs)
-        no_spills(out, f"rows epilogue={epilogue} M={block_m}")
+            "IEEE": False, "PDL": True}, warps, ptrs)
+        no_spills(out, f"rows epilogue={epilogue} K={k} whole={whole}")
     out = compile_one(argmax_finish_kernel, {"key_ptr": "*i64", "token_ptr": "*i64",
         "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "M": "i32"},
         {"BLOCK_M": 1, "ADVANCE": True, "PDL": True}, 1)

@@ -139,11 +139,13 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         rows |= {"res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32"}
         rows |= {"stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
         for epilogue, n, k in ((0, n_qkv, H), (1, H, hq * D), (2, inter, H), (1, H, inter)):
-            block_m, block_n, block_k = m.rows_blocks(8, n, k, None, t)
+            tiles = 2 if epilogue == 2 else 1
+            block_m, block_n, block_k, whole, warps = m.rows_blocks(8, n, k, 2, None, t, tiles)
             consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+            consts |= {"WHOLE_K": whole}
             consts |= {"NORM": epilogue != 1, "HAS_BIAS": False, "EPILOGUE": epilogue}
             consts |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
-            shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, t.rows_warps, 3)
+            shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, warps, 3)
             lines.append(f"rows_gemv_kernel {dtype} {consts}: {shared} B shared")
         sig = {n: p for n in ("q_ptr", "q_norm_ptr", "k_norm_ptr")}
         sig |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32"}

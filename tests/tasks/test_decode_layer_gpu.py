@@ -1,13 +1,13 @@
 """`decode_layer` on a GPU (run by scripts/gpu_check.sh): the seed and both baselines within
-the tolerance in bfloat16 and float16 on every public and hidden GPU scenario, every setting
-of the seed's knob space correct with PDL live (sm_90+), and layers captured four to a CUDA
+the tolerance in bfloat16 and float16 on every public and hidden GPU scenario, every value
+of every knob of the seed correct with PDL live (sm_90+), and layers captured four to a CUDA
 graph (as the evaluator times them) that replay correctly on new contents."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from task_checks import knob_space, load_candidate, passes
+from task_checks import knob_axes, load_candidate, passes
 
 from evokernel.tasks import get_task
 from evokernel.tasks.base import Scenario
@@ -56,30 +56,20 @@ def test_seed_and_baselines_are_correct_on_every_gpu_scenario(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_knob_setting_is_correct_with_pdl(tmp_path):
+def test_every_knob_value_is_correct_with_pdl(tmp_path):
     module = load_candidate(TASK.seed_candidate, tmp_path)
     if torch.cuda.get_device_capability()[0] >= 9:
         assert module._pdl_ok(torch.device("cuda"))
-    qwen06 = {"H": 1024, "Hq": 16, "Hkv": 8, "D": 128, "I": 3072}
-    scenarios = [  # the split path, three sequences; head dim 64, group size 4
-        Scenario("split_b3", {**qwen06, "B": 3, "S_max": 700, "seq_lens": (1, 333, 650)}),
-        Scenario(
-            "d64",
-            {
-                "H": 2048,
-                "Hq": 32,
-                "Hkv": 8,
-                "D": 64,
-                "I": 600,
-                "B": 1,
-                "S_max": 2100,
-                "seq_lens": (2077,),
-            },
-        ),
-    ]
+    qwen06 = {"H": 1024, "Hq": 16, "Hkv": 8, "D": 128, "I": 3072, "qkv_bias": False}
+    scenarios = [  # the split path, three sequences (the rows kernel); head dim 64, group 4
+        Scenario("split_b3", {**qwen06, "qk_norm": True, "B": 3, "S_max": 700,
+                              "seq_lens": (1, 333, 650)}),
+        Scenario("d64", {"H": 2048, "Hq": 32, "Hkv": 8, "D": 64, "I": 600, "qkv_bias": True,
+                         "qk_norm": False, "B": 1, "S_max": 2100, "seq_lens": (2077,)}),
+    ]  # fmt: skip
     inputs = [TASK.make_inputs(s, 3, torch.bfloat16, "cuda") for s in scenarios]
     refs = [TASK.reference(x) for x in inputs]
-    for knobs in knob_space("decode_layer"):
+    for knobs in knob_axes("decode_layer"):
         fn = load_candidate(TASK.seed_candidate, tmp_path, knobs).decode_layer
         for s, x, ref in zip(scenarios, inputs, refs):
             got = _observed(fn, x)

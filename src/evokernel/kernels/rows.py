@@ -4,13 +4,21 @@ cores, which at B = 1 is the shorter path).
 
 At batch B > 1 a step still reads every weight once, but the CUDA-core kernels redo each
 weight tile's products row after row, each row's activations one L2 round trip after the
-last. Here program (n, m) owns output columns [n*BLOCK_N, +BLOCK_N) for rows
-[m*BLOCK_M, +BLOCK_M) (BLOCK_M >= 16, rows past M masked to zero) and walks K in BLOCK_K
-chunks: acc += x_chunk @ W_chunk^T as a tensor-core dot in float32. The first weight chunk is
-loaded before the PDL wait; later chunks stream through Triton's software pipeline.
+last. Here program n owns output columns [n*BLOCK_N, +BLOCK_N) and computes them for the
+batch's rows in tiles of BLOCK_M (>= 16, rows past M masked to zero) as tensor-core dots in
+float32, in one of two shapes:
 
-  NORM       x rows RMS-normalised first (a first pass over x for each row's 1/rms), rounded
-             as transformers rounds (to the dtype before and after the norm weight)
+  WHOLE_K   the program's whole weight tile [BLOCK_N, K] is loaded once, before the PDL wait
+            (as the one-row kernels do), and kept in registers while the program walks the
+            batch's row tiles: each tile's x [BLOCK_M, K] is one load, normalised in
+            registers, one dot. Weights are read once whatever the batch.
+  else      (K too wide for registers) K is walked in BLOCK_K chunks, the first weight chunk
+            loaded before the PDL wait and the rest streamed through Triton's software
+            pipeline; the grid's second axis holds the row tiles (weights re-read per row
+            tile, mostly from L2); with NORM a first pass over x gives each row's 1/rms.
+
+  NORM       x rows RMS-normalised first, rounded as transformers rounds (to the dtype before
+             and after the norm weight)
   HAS_BIAS   + bias before the output's rounding (as cuBLAS's epilogue adds it)
   EPILOGUE   0: out = round(acc)                              (qkv)
              1: res = round(res + round(acc)), in place       (o_proj, down_proj)
@@ -39,12 +47,17 @@ def _chunk(w_ptr, cols_n, N, stride_w, ks, K: tl.constexpr):
 
 
 @triton.jit
-def _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K: tl.constexpr, NORM: tl.constexpr):
-    """x[rows_m, ks] in the dtype, normalised (NORM) as transformers rounds."""
+def _x_tile(x_ptr, rows_m, M, stride_x, ks, K: tl.constexpr):
     mask = (rows_m[:, None] < M) & (ks[None, :] < K)
-    x = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :], mask=mask, other=0.0)
+    return tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :], mask=mask,
+                   other=0.0)  # fmt: skip
+
+
+@triton.jit
+def _normed(x, norm_ptr, rstd, ks, K: tl.constexpr, NORM: tl.constexpr):
+    """x [BLOCK_M, BLOCK_K] in the dtype, normalised (NORM) as transformers rounds."""
     if NORM:
-        dtype = x_ptr.dtype.element_ty
+        dtype = x.dtype
         w = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
         x = (x.to(tl.float32) * rstd[:, None]).to(dtype).to(tl.float32) * w[None, :]
         x = x.to(dtype)
@@ -57,6 +70,39 @@ def _dot_t(x, w, IEEE: tl.constexpr):
     if IEEE:
         return tl.dot(x, tl.trans(w), input_precision="ieee")
     return tl.dot(x, tl.trans(w))
+
+
+@triton.jit
+def _epilogue(
+    acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr, stride_out,
+    stride_res, dtype: tl.constexpr, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
+):  # fmt: skip
+    live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+    if HAS_BIAS:
+        acc += bias[None, :]
+    y = acc.to(dtype).to(tl.float32)
+    if EPILOGUE == 0:
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, y.to(dtype), mask=live)
+    elif EPILOGUE == 1:
+        dst = res_ptr + rows_m[:, None].to(tl.int64) * stride_res + cols_n[None, :]
+        r = tl.load(dst, mask=live, other=0.0).to(tl.float32)
+        tl.store(dst, (r + y).to(dtype), mask=live)
+    elif EPILOGUE == 2:
+        u = acc_u.to(dtype).to(tl.float32)
+        s = (y / (1.0 + tl.exp(-y))).to(dtype).to(tl.float32)
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, (s * u).to(dtype), mask=live)
+    else:
+        if WRITE_LOGITS:
+            dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+            tl.store(dst, y, mask=live)
+        if ARGMAX:
+            y = tl.where(live, y, -float("inf"))
+            best, arg = tl.max(y, axis=1, return_indices=True, return_indices_tie_break_left=True)
+            key = argmax_key(best, col0 + arg)
+            tl.atomic_max(key_ptr + rows_m, key, mask=rows_m < M, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -78,7 +124,8 @@ def rows_gemv_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # WHOLE_K: next_pow2(K); else the chunk
+    WHOLE_K: tl.constexpr,
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
@@ -87,60 +134,56 @@ def rows_gemv_kernel(
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col0 = tl.program_id(0) * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
+    dtype = x_ptr.dtype.element_ty
     w0 = _chunk(w_ptr, cols_n, N, stride_w, offs_k, K)
+    u0 = w0
     if EPILOGUE == 2:
         u0 = _chunk(up_ptr, cols_n, N, stride_w, offs_k, K)
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
 
-    rstd = tl.zeros([BLOCK_M], tl.float32)
-    if NORM:
-        for k0 in range(0, K, BLOCK_K):
-            ks = k0 + offs_k
-            mask = (rows_m[:, None] < M) & (ks[None, :] < K)
-            xs = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :],
-                         mask=mask, other=0.0).to(tl.float32)  # fmt: skip
-            rstd += tl.sum(xs * xs, axis=1)
-        rstd = tl.rsqrt(rstd / K + eps)
-
-    x = _x_chunk(x_ptr, rows_m, M, stride_x, offs_k, norm_ptr, rstd, K, NORM)
-    acc = _dot_t(x, w0, IEEE)
-    if EPILOGUE == 2:
-        acc_u = _dot_t(x, u0, IEEE)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        ks = k0 + offs_k
-        x = _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K, NORM)
-        acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
-        if EPILOGUE == 2:
-            acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
-
-    dtype = x_ptr.dtype.element_ty
-    live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)[None, :]
-    y = acc.to(dtype).to(tl.float32)
-    if EPILOGUE == 0:
-        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-        tl.store(dst, y.to(dtype), mask=live)
-    elif EPILOGUE == 1:
-        dst = res_ptr + rows_m[:, None].to(tl.int64) * stride_res + cols_n[None, :]
-        r = tl.load(dst, mask=live, other=0.0).to(tl.float32)
-        tl.store(dst, (r + y).to(dtype), mask=live)
-    elif EPILOGUE == 2:
-        u = acc_u.to(dtype).to(tl.float32)
-        s = (y / (1.0 + tl.exp(-y))).to(dtype).to(tl.float32)
-        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-        tl.store(dst, (s * u).to(dtype), mask=live)
+    if WHOLE_K:
+        for m0 in range(0, M, BLOCK_M):
+            rows_m = m0 + tl.arange(0, BLOCK_M)
+            x = _x_tile(x_ptr, rows_m, M, stride_x, offs_k, K)
+            rstd = tl.zeros([BLOCK_M], tl.float32)
+            if NORM:
+                xf = x.to(tl.float32)
+                rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / K + eps)
+            x = _normed(x, norm_ptr, rstd, offs_k, K, NORM)
+            acc = _dot_t(x, w0, IEEE)
+            acc_u = acc
+            if EPILOGUE == 2:
+                acc_u = _dot_t(x, u0, IEEE)
+            _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                      stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                      ARGMAX)  # fmt: skip
     else:
-        if WRITE_LOGITS:
-            dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-            tl.store(dst, y, mask=live)
-        if ARGMAX:
-            y = tl.where(live, y, -float("inf"))
-            best, arg = tl.max(y, axis=1, return_indices=True, return_indices_tie_break_left=True)
-            key = argmax_key(best, pid_n * BLOCK_N + arg)
-            tl.atomic_max(key_ptr + rows_m, key, mask=rows_m < M, sem="relaxed", scope="gpu")
+        rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+        if NORM:
+            for k0 in range(0, K, BLOCK_K):
+                xs = _x_tile(x_ptr, rows_m, M, stride_x, k0 + offs_k, K).to(tl.float32)
+                rstd += tl.sum(xs * xs, axis=1)
+            rstd = tl.rsqrt(rstd / K + eps)
+        x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, offs_k, K), norm_ptr, rstd, offs_k, K,
+                    NORM)  # fmt: skip
+        acc = _dot_t(x, w0, IEEE)
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = _dot_t(x, u0, IEEE)
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            ks = k0 + offs_k
+            x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, ks, K), norm_ptr, rstd, ks, K, NORM)
+            acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
+            if EPILOGUE == 2:
+                acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
+        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                  ARGMAX)  # fmt: skip

@@ -64,35 +64,48 @@ def gemv_warps(block_n, block_k, tuning):
     return 8 if block_n * block_k >= 16384 else 4
 
 
-def rows_blocks(M, N, K, device, tuning):
-    """(BLOCK_M, BLOCK_N, BLOCK_K) of the rows kernel: rows in tiles of 16..64; columns
-    `tuning.rows_block_n`, or the widest of 64..16 that still fills one wave of SMs."""
-    block_m = min(64, max(16, next_pow2(M)))
-    block_k = min(tuning.rows_block_k, max(16, next_pow2(K)))
-    block_n = tuning.rows_block_n
-    if not block_n:
-        block_n = 64
-        while block_n > 16 and triton.cdiv(N, block_n) * triton.cdiv(M, block_m) < sm_count(device):
+def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) of the rows kernel (kernels/rows.py):
+    the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
+    `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
+    or the widest of 64..16 that still fills one wave of SMs."""
+    k_pow2 = max(16, next_pow2(K))
+    per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
+    whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
+    block_n = tuning.rows_block_n or 64
+    if not tuning.rows_block_n:
+        while block_n > 16 and (
+            triton.cdiv(N, block_n) < sm_count(device)
+            or (whole and block_n * per_col > tuning.rows_tile_bytes)
+        ):
             block_n //= 2
-    return block_m, block_n, block_k
+    whole = whole and block_n * per_col <= tuning.rows_tile_bytes
+    block_m = 16 if whole else min(64, max(16, next_pow2(M)))
+    block_k = k_pow2 if whole else min(tuning.rows_block_k, k_pow2)
+    warps = tuning.rows_warps or (8 if whole else 4)
+    return block_m, block_n, block_k, whole, warps
 
 
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue."""
     M, K = x.shape
-    block_m, block_n, block_k = rows_blocks(M, n_out, K, x.device, tuning)
+    tiles = 2 if epilogue == 2 else 1
+    block_m, block_n, block_k, whole, warps = rows_blocks(
+        M, n_out, K, weight.element_size(), x.device, tuning, tiles
+    )
     dummy = x  # pointer arguments a switch leaves unused
-    rows_gemv_kernel[(triton.cdiv(n_out, block_n), triton.cdiv(M, block_m))](
+    m_tiles = 1 if whole else triton.cdiv(M, block_m)
+    rows_gemv_kernel[(triton.cdiv(n_out, block_n), m_tiles)](
         x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
         out if out is not None else dummy, residual if residual is not None else dummy,
         keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
         out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NORM=norm,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WHOLE_K=whole, NORM=norm,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
         ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
-        num_warps=tuning.rows_warps, launch_pdl=tuning.pdl,
+        num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 

@@ -33,8 +33,9 @@ TILE_BYTES = 32768  # tune: 16384, 32768, 65536
 GEMV_WARPS = 0  # tune: 0, 4, 8
 ROWS_MIN = 2  # tune: 2, 4, 9
 ROWS_BLOCK_N = 0  # tune: 0, 16, 32, 64
-ROWS_BLOCK_K = 128  # tune: 64, 128, 256
-ROWS_WARPS = 4  # tune: 4, 8
+ROWS_TILE_BYTES = 65536  # tune: 32768, 65536, 131072
+ROWS_BLOCK_K = 256  # tune: 128, 256, 512
+ROWS_WARPS = 0  # tune: 0, 4, 8
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -206,12 +207,17 @@ def _chunk(w_ptr, cols_n, N, stride_w, ks, K: tl.constexpr):
 
 
 @triton.jit
-def _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K: tl.constexpr, NORM: tl.constexpr):
-    """x[rows_m, ks] in the dtype, normalised (NORM) as transformers rounds."""
+def _x_tile(x_ptr, rows_m, M, stride_x, ks, K: tl.constexpr):
     mask = (rows_m[:, None] < M) & (ks[None, :] < K)
-    x = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :], mask=mask, other=0.0)
+    return tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :], mask=mask,
+                   other=0.0)  # fmt: skip
+
+
+@triton.jit
+def _normed(x, norm_ptr, rstd, ks, K: tl.constexpr, NORM: tl.constexpr):
+    """x [BLOCK_M, BLOCK_K] in the dtype, normalised (NORM) as transformers rounds."""
     if NORM:
-        dtype = x_ptr.dtype.element_ty
+        dtype = x.dtype
         w = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
         x = (x.to(tl.float32) * rstd[:, None]).to(dtype).to(tl.float32) * w[None, :]
         x = x.to(dtype)
@@ -224,6 +230,39 @@ def _dot_t(x, w, IEEE: tl.constexpr):
     if IEEE:
         return tl.dot(x, tl.trans(w), input_precision="ieee")
     return tl.dot(x, tl.trans(w))
+
+
+@triton.jit
+def _epilogue(
+    acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr, stride_out,
+    stride_res, dtype: tl.constexpr, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
+):  # fmt: skip
+    live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+    if HAS_BIAS:
+        acc += bias[None, :]
+    y = acc.to(dtype).to(tl.float32)
+    if EPILOGUE == 0:
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, y.to(dtype), mask=live)
+    elif EPILOGUE == 1:
+        dst = res_ptr + rows_m[:, None].to(tl.int64) * stride_res + cols_n[None, :]
+        r = tl.load(dst, mask=live, other=0.0).to(tl.float32)
+        tl.store(dst, (r + y).to(dtype), mask=live)
+    elif EPILOGUE == 2:
+        u = acc_u.to(dtype).to(tl.float32)
+        s = (y / (1.0 + tl.exp(-y))).to(dtype).to(tl.float32)
+        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+        tl.store(dst, (s * u).to(dtype), mask=live)
+    else:
+        if WRITE_LOGITS:
+            dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
+            tl.store(dst, y, mask=live)
+        if ARGMAX:
+            y = tl.where(live, y, -float("inf"))
+            best, arg = tl.max(y, axis=1, return_indices=True, return_indices_tie_break_left=True)
+            key = argmax_key(best, col0 + arg)
+            tl.atomic_max(key_ptr + rows_m, key, mask=rows_m < M, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -245,7 +284,8 @@ def rows_gemv_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # WHOLE_K: next_pow2(K); else the chunk
+    WHOLE_K: tl.constexpr,
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
@@ -254,63 +294,59 @@ def rows_gemv_kernel(
     IEEE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col0 = tl.program_id(0) * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
+    dtype = x_ptr.dtype.element_ty
     w0 = _chunk(w_ptr, cols_n, N, stride_w, offs_k, K)
+    u0 = w0
     if EPILOGUE == 2:
         u0 = _chunk(up_ptr, cols_n, N, stride_w, offs_k, K)
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
 
-    rstd = tl.zeros([BLOCK_M], tl.float32)
-    if NORM:
-        for k0 in range(0, K, BLOCK_K):
-            ks = k0 + offs_k
-            mask = (rows_m[:, None] < M) & (ks[None, :] < K)
-            xs = tl.load(x_ptr + rows_m[:, None].to(tl.int64) * stride_x + ks[None, :],
-                         mask=mask, other=0.0).to(tl.float32)  # fmt: skip
-            rstd += tl.sum(xs * xs, axis=1)
-        rstd = tl.rsqrt(rstd / K + eps)
-
-    x = _x_chunk(x_ptr, rows_m, M, stride_x, offs_k, norm_ptr, rstd, K, NORM)
-    acc = _dot_t(x, w0, IEEE)
-    if EPILOGUE == 2:
-        acc_u = _dot_t(x, u0, IEEE)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        ks = k0 + offs_k
-        x = _x_chunk(x_ptr, rows_m, M, stride_x, ks, norm_ptr, rstd, K, NORM)
-        acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
-        if EPILOGUE == 2:
-            acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
-
-    dtype = x_ptr.dtype.element_ty
-    live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)[None, :]
-    y = acc.to(dtype).to(tl.float32)
-    if EPILOGUE == 0:
-        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-        tl.store(dst, y.to(dtype), mask=live)
-    elif EPILOGUE == 1:
-        dst = res_ptr + rows_m[:, None].to(tl.int64) * stride_res + cols_n[None, :]
-        r = tl.load(dst, mask=live, other=0.0).to(tl.float32)
-        tl.store(dst, (r + y).to(dtype), mask=live)
-    elif EPILOGUE == 2:
-        u = acc_u.to(dtype).to(tl.float32)
-        s = (y / (1.0 + tl.exp(-y))).to(dtype).to(tl.float32)
-        dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-        tl.store(dst, (s * u).to(dtype), mask=live)
+    if WHOLE_K:
+        for m0 in range(0, M, BLOCK_M):
+            rows_m = m0 + tl.arange(0, BLOCK_M)
+            x = _x_tile(x_ptr, rows_m, M, stride_x, offs_k, K)
+            rstd = tl.zeros([BLOCK_M], tl.float32)
+            if NORM:
+                xf = x.to(tl.float32)
+                rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / K + eps)
+            x = _normed(x, norm_ptr, rstd, offs_k, K, NORM)
+            acc = _dot_t(x, w0, IEEE)
+            acc_u = acc
+            if EPILOGUE == 2:
+                acc_u = _dot_t(x, u0, IEEE)
+            _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                      stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                      ARGMAX)  # fmt: skip
     else:
-        if WRITE_LOGITS:
-            dst = out_ptr + rows_m[:, None].to(tl.int64) * stride_out + cols_n[None, :]
-            tl.store(dst, y, mask=live)
-        if ARGMAX:
-            y = tl.where(live, y, -float("inf"))
-            best, arg = tl.max(y, axis=1, return_indices=True, return_indices_tie_break_left=True)
-            key = argmax_key(best, pid_n * BLOCK_N + arg)
-            tl.atomic_max(key_ptr + rows_m, key, mask=rows_m < M, sem="relaxed", scope="gpu")
+        rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+        if NORM:
+            for k0 in range(0, K, BLOCK_K):
+                xs = _x_tile(x_ptr, rows_m, M, stride_x, k0 + offs_k, K).to(tl.float32)
+                rstd += tl.sum(xs * xs, axis=1)
+            rstd = tl.rsqrt(rstd / K + eps)
+        x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, offs_k, K), norm_ptr, rstd, offs_k, K,
+                    NORM)  # fmt: skip
+        acc = _dot_t(x, w0, IEEE)
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = _dot_t(x, u0, IEEE)
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            ks = k0 + offs_k
+            x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, ks, K), norm_ptr, rstd, ks, K, NORM)
+            acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
+            if EPILOGUE == 2:
+                acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
+        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                  ARGMAX)  # fmt: skip
 
 
 @triton.jit
@@ -633,8 +669,9 @@ class DecodeTuning(NamedTuple):
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
     rows_min: int = 2  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
-    rows_block_k: int = 128  # its K chunk
-    rows_warps: int = 4
+    rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
+    rows_block_k: int = 256  # its K chunk where the whole K does not fit
+    rows_warps: int = 0  # 0: 8 with the whole K in registers, else 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -696,35 +733,48 @@ def gemv_warps(block_n, block_k, tuning):
     return 8 if block_n * block_k >= 16384 else 4
 
 
-def rows_blocks(M, N, K, device, tuning):
-    """(BLOCK_M, BLOCK_N, BLOCK_K) of the rows kernel: rows in tiles of 16..64; columns
-    `tuning.rows_block_n`, or the widest of 64..16 that still fills one wave of SMs."""
-    block_m = min(64, max(16, next_pow2(M)))
-    block_k = min(tuning.rows_block_k, max(16, next_pow2(K)))
-    block_n = tuning.rows_block_n
-    if not block_n:
-        block_n = 64
-        while block_n > 16 and triton.cdiv(N, block_n) * triton.cdiv(M, block_m) < sm_count(device):
+def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) of the rows kernel (kernels/rows.py):
+    the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
+    `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
+    or the widest of 64..16 that still fills one wave of SMs."""
+    k_pow2 = max(16, next_pow2(K))
+    per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
+    whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
+    block_n = tuning.rows_block_n or 64
+    if not tuning.rows_block_n:
+        while block_n > 16 and (
+            triton.cdiv(N, block_n) < sm_count(device)
+            or (whole and block_n * per_col > tuning.rows_tile_bytes)
+        ):
             block_n //= 2
-    return block_m, block_n, block_k
+    whole = whole and block_n * per_col <= tuning.rows_tile_bytes
+    block_m = 16 if whole else min(64, max(16, next_pow2(M)))
+    block_k = k_pow2 if whole else min(tuning.rows_block_k, k_pow2)
+    warps = tuning.rows_warps or (8 if whole else 4)
+    return block_m, block_n, block_k, whole, warps
 
 
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue."""
     M, K = x.shape
-    block_m, block_n, block_k = rows_blocks(M, n_out, K, x.device, tuning)
+    tiles = 2 if epilogue == 2 else 1
+    block_m, block_n, block_k, whole, warps = rows_blocks(
+        M, n_out, K, weight.element_size(), x.device, tuning, tiles
+    )
     dummy = x  # pointer arguments a switch leaves unused
-    rows_gemv_kernel[(triton.cdiv(n_out, block_n), triton.cdiv(M, block_m))](
+    m_tiles = 1 if whole else triton.cdiv(M, block_m)
+    rows_gemv_kernel[(triton.cdiv(n_out, block_n), m_tiles)](
         x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
         out if out is not None else dummy, residual if residual is not None else dummy,
         keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
         out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NORM=norm,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WHOLE_K=whole, NORM=norm,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
         ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
-        num_warps=tuning.rows_warps, launch_pdl=tuning.pdl,
+        num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 
@@ -858,6 +908,7 @@ def _tuning():
         gemv_warps=GEMV_WARPS,
         rows_min=ROWS_MIN,
         rows_block_n=ROWS_BLOCK_N,
+        rows_tile_bytes=ROWS_TILE_BYTES,
         rows_block_k=ROWS_BLOCK_K,
         rows_warps=ROWS_WARPS,
         attn_block_n=ATTN_BLOCK_N,
