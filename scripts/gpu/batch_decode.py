@@ -6,8 +6,11 @@ position is reported).
 
     PYTHONPATH=src python3 scripts/gpu/batch_decode.py --model DIR [--out FILE.json]
         [--batches 1,2,4,8,16,32,64] [--prompt-len 32] [--new-tokens 128]
+        [--variants default,one-row]
 
-Prints one line per batch size and ends with one JSON line.
+Variants are launch choices of the decode kernels (`DecodeTuning` fields): `default`, and
+`one-row` (the one-row CUDA-core kernels up to 8 rows, the rows kernel beyond). Prints one
+line per variant and batch size and ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ from pathlib import Path
 
 import torch
 
+from evokernel.engine import graph
 from evokernel.engine.generate import GenerateOptions, generate
 from evokernel.engine.loading import load_engine
+from evokernel.ops.registry import OpSet
+from evokernel.ops.tuning import DEFAULT
+
+VARIANTS = {"default": {}, "one-row": {"rows_min": 9}}
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +38,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batches", default="1,2,4,8,16,32,64")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--variants", default="default,one-row")
     args = p.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     model = load_engine(args.model, "cuda", torch.bfloat16, "triton")
@@ -41,31 +50,35 @@ def main(argv: list[str]) -> int:
     for i in range(max(batches)):
         alone[i] = generate(model, [prompts[i]], opts).tokens[0]
     rows = []
-    base = None
-    for B in batches:
-        res = generate(model, prompts[:B], opts)
-        res = generate(model, prompts[:B], opts)  # the second: graphs and caches warm
-        same = sum(res.tokens[i] == alone[i] for i in range(B))
-        first = [
-            next((t for t, (a, b) in enumerate(zip(res.tokens[i], alone[i])) if a != b), None)
-            for i in range(B)
-        ]
-        step_ms = 1000 * B / res.decode_tok_s
-        base = base or res.decode_tok_s
-        row = {
-            "batch": B,
-            "decode_tok_s": res.decode_tok_s,
-            "step_ms": step_ms,
-            "vs_batch1": res.decode_tok_s / base,
-            "same_as_alone": same,
-            "first_mismatch": [f for f in first if f is not None][:8],
-        }
-        rows.append(row)
-        print(
-            f"B={B:<3} {res.decode_tok_s:9.0f} tok/s  step {step_ms:6.3f} ms  "
-            f"{row['vs_batch1']:5.2f}x B=1  greedy equal to alone: {same}/{B}",
-            flush=True,
-        )
+    for variant in args.variants.split(","):
+        model.ops = OpSet.triton(tuning=DEFAULT._replace(**VARIANTS[variant]))
+        graph._RUNNERS.clear()  # graphs captured with the previous variant's kernels
+        base = None
+        for B in batches:
+            res = generate(model, prompts[:B], opts)
+            res = generate(model, prompts[:B], opts)  # the second: graphs and caches warm
+            same = sum(res.tokens[i] == alone[i] for i in range(B))
+            first = [
+                next((t for t, (a, b) in enumerate(zip(res.tokens[i], alone[i])) if a != b), None)
+                for i in range(B)
+            ]
+            step_ms = 1000 * B / res.decode_tok_s
+            base = base or res.decode_tok_s
+            row = {
+                "variant": variant,
+                "batch": B,
+                "decode_tok_s": res.decode_tok_s,
+                "step_ms": step_ms,
+                "vs_batch1": res.decode_tok_s / base,
+                "same_as_alone": same,
+                "first_mismatch": [f for f in first if f is not None][:8],
+            }
+            rows.append(row)
+            print(
+                f"{variant:<8} B={B:<3} {res.decode_tok_s:9.0f} tok/s  step {step_ms:6.3f} ms  "
+                f"{row['vs_batch1']:5.2f}x B=1  greedy equal to alone: {same}/{B}",
+                flush=True,
+            )
     summary = {
         "gpu": torch.cuda.get_device_name(),
         "model": str(Path(args.model)),
