@@ -68,11 +68,20 @@ FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end 
 
 
 HISTORY_MAX = 512  # newest measured programs a mutator sees
+NO_CHILD = "no-child"  # stop reason: no mutator could propose any program
+NO_CHILD_PATIENCE = 8  # iterations without a single child, from the start, before giving up
 
 
 def measured_history(visible: list[Program]) -> list[ProgramView]:
     """Distinct measured programs (with a fitness), oldest first, at most HISTORY_MAX."""
     distinct = {p.code_hash: p for p in visible if p.fitness is not None and p.code}
+    rows = sorted(distinct.values(), key=lambda p: p.iteration)[-HISTORY_MAX:]
+    return [p.view() for p in rows]
+
+
+def failed_history(visible: list[Program]) -> list[ProgramView]:
+    """Distinct programs whose evaluation failed, oldest first, at most HISTORY_MAX."""
+    distinct = {p.code_hash: p for p in visible if p.status == "failed" and p.code}
     rows = sorted(distinct.values(), key=lambda p: p.iteration)[-HISTORY_MAX:]
     return [p.view() for p in rows]
 
@@ -131,6 +140,12 @@ class Controller:
         self.cost = sum(p.cost_usd for p in db.programs)
         self.hardware: dict = {}
         self.budget_message = ""
+        # Children mutators threw away before proposing (did not compile, already tried), by
+        # proposal kind: {kind: {"invalid": n, "duplicate": m}}, kept in the run's meta.
+        self.discarded: dict[str, dict[str, int]] = db.meta("discarded", {}) or {}
+        # Iterations in a row whose mutator proposed no program (an LLM that cannot be reached,
+        # a program no mutator can change): the run stops when nothing was ever proposed.
+        self.no_child_streak = 0
 
     # --- the seed ----------------------------------------------------------------------------
     def ensure_seed(self) -> None:
@@ -275,6 +290,7 @@ class Controller:
             last_failure=last_failure(visible, parent.id),
             seen=frozenset(p.code_hash for p in visible if p.code),
             history=measured_history(visible),
+            failed=failed_history(visible),
         )
         threshold = None
         if self.problem.screens:
@@ -376,12 +392,28 @@ class Controller:
 
     def _commit(self, slot: InFlight, row: Program, result_json: str | None = None) -> None:
         self._write_sources([row], slot.proposal)
-        accounting = self.mutators.accounting.to_dict()
-        self.db.commit([(row, result_json)], {"accounting": accounting})
+        meta: dict = {"accounting": self.mutators.accounting.to_dict()}
+        prop = slot.proposal
+        if prop is not None and prop.discarded:
+            tally = self.discarded.setdefault(row.kind, {})
+            for why, n in prop.discarded.items():
+                tally[why] = tally.get(why, 0) + n
+            meta["discarded"] = self.discarded
+        self._note_proposal(row)
+        self.db.commit([(row, result_json)], meta)
         self.tokens += row.tokens
         self.cost += row.cost_usd
         del self.flight[slot.k]
         self.on_commit(len(self.flight))
+
+    def _note_proposal(self, row: Program) -> None:
+        if row.status == "rejected" and not row.code:
+            self.no_child_streak += 1
+            ever = any(p.code and p.iteration >= 0 and not p.migrant for p in self.db.programs)
+            if not ever and self.no_child_streak >= NO_CHILD_PATIENCE:
+                self.stop = self.stop or NO_CHILD
+        else:
+            self.no_child_streak = 0
 
     # --- rows --------------------------------------------------------------------------------
     def _base_row(self, slot: InFlight, code: str | None = None) -> Program:

@@ -29,7 +29,7 @@ from typing import IO, Any, TextIO
 from evokernel.errors import ConfigError, EvokernelError
 from evokernel.evolve.backends import Backend, open_backend
 from evokernel.evolve.config import MAX_ITERATIONS, SearchConfig, config_from_dict, load_config
-from evokernel.evolve.controller import FINISHING, Controller, SeedFailed
+from evokernel.evolve.controller import FINISHING, NO_CHILD, Controller, SeedFailed
 from evokernel.evolve.database import SCHEMA_VERSION, Database
 from evokernel.evolve.dispatch import DispatchEntry, format_table, write_outputs
 from evokernel.evolve.map_elites import FeatureSpace, resolve_features
@@ -62,6 +62,7 @@ class Outcome:
     stop_reason: str
     summary: RunSummary
     table: list[DispatchEntry]
+    problem: str = ""  # one line when the run could do nothing useful (no child proposed)
 
     def text(self) -> str:
         return format_table(self.summary, self.table)
@@ -144,8 +145,24 @@ class Session:
             progress.close()
         if controller.budget_message:
             print(f"stopped: {controller.budget_message}", file=stream)
-        self._record(stop, started, finished=stop in FINISHING)
-        return self._outputs(stop)
+        problem = ""
+        if stop != "interrupted" and not self._proposed_any():
+            stop = NO_CHILD
+            rows = [p for p in self.db.programs if p.iteration >= 0 and not p.migrant]
+            reasons: dict[str, int] = {}
+            for row in rows:
+                why = row.reasons[0] if row.reasons else "no program proposed"
+                reasons[why] = reasons.get(why, 0) + 1
+            problem = no_child_line(reasons)
+        self._record(stop, started, finished=stop in FINISHING, error=problem)
+        outcome = self._outputs(stop)
+        outcome.problem = problem
+        return outcome
+
+    def _proposed_any(self) -> bool:
+        """Whether any iteration of the run got a child program (or none was run yet)."""
+        rows = [p for p in self.db.programs if p.iteration >= 0 and not p.migrant]
+        return not rows or any(p.code for p in rows)
 
     def build_mutators(self) -> MutatorSet:
         """The configured mutators, with the LLM tally restored from the last checkpoint."""
@@ -183,6 +200,13 @@ class Session:
         finally:
             self.db.close()
             self._lock.close()
+
+
+def no_child_line(reasons: dict[str, int]) -> str:
+    """Why no iteration got a child: the most frequent reasons, one line."""
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])[:2]
+    why = "; ".join(f"{why} ({n}x)" for why, n in top) or "every proposal failed"
+    return f"no child program could be proposed: {why}"[:600]
 
 
 # --- flags -----------------------------------------------------------------------------------
