@@ -62,7 +62,7 @@ from evokernel.tasks import blocks
 
 SEED_ID = "seed"
 NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program
-FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
+FINISHING = ("iterations", "tokens", "cost", "budget", "patience")  # reasons that end a run
 # "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
 # LLM accounting (which also counts failed requests) refused or reached a limit.
 
@@ -196,7 +196,12 @@ class Controller:
                 f"the seed program is not correct, nothing to evolve from: "
                 f"{'; '.join(seed.reasons) or 'no reason given'}"
             )
-        self.hardware = self.problem.hardware(self.db.result(SEED_ID))
+        seed_result = self.db.result(SEED_ID)
+        self.hardware = self.problem.hardware(seed_result)
+        if seed_result is not None:
+            label = self.problem.label_for(seed_result)
+            if label != self.db.meta("fitness_label"):
+                self.db.commit(meta={"fitness_label": label})
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self, target: int, wall_time_s: float = 0.0) -> str:
@@ -250,7 +255,26 @@ class Controller:
         if spent:
             self.budget_message = spent
             return "budget"
+        if budget.patience and self._stalled(budget.patience, budget.min_improvement):
+            self.budget_message = (
+                f"no better program in {budget.patience} iterations (budget.patience)"
+            )
+            return "patience"
         return None
+
+    def _stalled(self, patience: int, min_improvement: float) -> bool:
+        """Whether the best fitness rose by more than `min_improvement` in the last `patience`
+        committed iterations (OpenEvolve's early stopping)."""
+        rows = sorted(
+            (p for p in self.db.programs if not p.migrant and p.iteration >= -1),
+            key=lambda p: p.iteration,
+        )
+        best, last = None, -1
+        for p in rows:
+            if p.fitness is not None and (best is None or p.fitness > best + min_improvement):
+                best, last = p.fitness, p.iteration
+        latest = rows[-1].iteration if rows else -1
+        return latest - last >= patience
 
     def _is_boundary(self, k: int) -> bool:
         period = self.n * self.cfg.islands.migration_interval
@@ -325,6 +349,9 @@ class Controller:
         if prop.code is None:
             return self._ready(slot, self._rejected(slot, prop.error or "no program proposed"))
         reason = blocks.check_edit(slot.parent.code, prop.code)
+        limit = self.cfg.mutators.max_code_chars
+        if reason is None and limit and len(prop.code) > limit:
+            reason = f"the child has {len(prop.code)} characters, over max_code_chars {limit}"
         if reason is not None:
             return self._ready(slot, self._rejected(slot, reason, prop.code))
         slot.digest = code_digest(prop.code)
@@ -446,20 +473,34 @@ class Controller:
         result = evaluation.result
         screened = is_screened(result)
         regimes = self.problem.regime_speedups(result)
-        features = self.space.values(regimes, row.code)
+        features = self.space.values(regimes, row.code, self.problem.features(result))
         if screened:
             # Timed on the screen scenarios only: no fitness, no cell, never a parent.
             row.status, row.fitness, row.cell = SCREENED, None, ()
         else:
             row.status = "ok" if result.correct else "failed"
             row.fitness = self.problem.fitness(result)
-            row.cell = self.space.cell(features) if row.fitness is not None else ()
+            cell = self.space.cell(features, self._metric_ranges())
+            row.cell = cell if row.fitness is not None else ()
         row.regimes = regimes
         row.features = features
         row.reasons = tuple(result.reasons)
         row.eval_wall_s = evaluation.wall_s
         row.evaluated_on = evaluation.record()
         return self._with_insight(row, result.artifacts.get("cascade", "") if screened else "")
+
+    def _metric_ranges(self) -> dict[str, tuple[float, float]]:
+        """Each metric feature's (min, max) over the committed rows (OpenEvolve's scaling)."""
+        ranges: dict[str, tuple[float, float]] = {}
+        for key in self.space.metric_keys():
+            seen = [
+                float(p.features[key])
+                for p in self.db.programs
+                if isinstance(p.features.get(key), (int, float)) and p.fitness is not None
+            ]
+            if seen:
+                ranges[key] = (min(seen), max(seen))
+        return ranges
 
     def _reused_row(self, slot: InFlight, source: Program) -> Program:
         row = self._base_row(slot)
