@@ -10,9 +10,10 @@ outside the edited span stay as they were, and the child differs from its parent
 must. The families:
 
   const      a numeric literal perturbed within its scale: a power of two doubles or halves (so
-             block sizes and warp counts stay powers of two), another integer moves by one, is
-             doubled or halved; a float is scaled by a factor in [0.5, 2]; a sign flips rarely;
-             a boolean flips. Never 0, never an index (`x[0]`), never a declared knob's value.
+             block sizes and warp counts stay powers of two); an integer up to 8 moves by one
+             or doubles; a larger one is scaled by 2, 1/2, 1.25, 0.8, 10 or 1/10 (rounded); a
+             float is scaled by a factor in [0.5, 2]; a sign flips rarely (1 in 20); a boolean
+             flips. Never 0, never an index (`x[0]`), never a declared knob's value.
   operator   `+`<->`-`, `*`<->`/`, `//`<->`/`, `<`<->`<=`, `>`<->`>=`, `<`<->`>`, `==`<->`!=`,
              `and`<->`or`, `+=`<->`-=`, `*=`<->`/=`, `min`<->`max` (also `minimum`/`maximum`).
   statement  delete, duplicate or swap adjacent whole-line statements of one block (never a
@@ -376,7 +377,10 @@ def new_number(value: bool | int | float, rng: random.Random) -> bool | int | fl
         size = abs(value)
         if size >= 2 and size & (size - 1) == 0:
             return value * 2 if rng.random() < 0.5 else value // 2
-        choices = [value + 1, value - 1, value * 2, int(value / 2)]
+        if size <= 8:
+            choices = [value + 1, value - 1, value * 2]
+        else:
+            choices = [round(value * f) for f in (2.0, 0.5, 1.25, 0.8, 10.0, 0.1)]
         choices = [c for c in choices if c != 0 and c != value]
         return rng.choice(choices) if choices else value * 2
     factor = rng.choice([0.5, 0.8, 0.9, 1.1, 1.25, 2.0]) if rng.random() < 0.5 else None
