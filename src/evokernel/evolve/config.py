@@ -313,7 +313,7 @@ def _read_text(path: Path) -> str:
     if not path.exists():
         raise ConfigError(f"cannot read config {path}: no such file")
     if not path.is_file():
-        raise ConfigError(f"config {path} is not a regular file")
+        raise ConfigError(f"cannot read config {path}: not a regular file")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
