@@ -343,7 +343,7 @@ def read_config(path: str | Path | None, strict: bool = False) -> tuple[SearchCo
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     try:
-        native, report = translate(data)
+        native, report = translate(data, SearchConfig)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     if report.unknown:

@@ -1,6 +1,6 @@
 """OpenEvolve's `config.yaml`, read as this search's configuration.
 
-    native, report = translate(data)     # data: the parsed YAML mapping
+    native, report = translate(data, SearchConfig)     # data: the parsed YAML mapping
 
 A `--config` file may use this search's keys (`default_config.yaml`), OpenEvolve's keys
 (its `configs/default_config.yaml`), or both. Every OpenEvolve key with an equivalent is
@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evokernel.errors import ConfigError
+from evokernel.evolve.llm.config import ModelSpec
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
@@ -199,14 +200,14 @@ def _env_name(value: Any, key: str, report: Report) -> str | None:
     return None
 
 
-def translate(data: Any) -> tuple[dict[str, Any], Report]:
-    """(our configuration as a mapping, what was translated, ignored, unknown)."""
-    from evokernel.evolve.config import SearchConfig
-
+def translate(data: Any, schema: Any) -> tuple[dict[str, Any], Report]:
+    """(our configuration as a mapping, what was translated, ignored, unknown). `schema`: the
+    search's top-level configuration dataclass (config.SearchConfig; passed in, since that
+    module reads files through this one)."""
     report = Report()
     if not isinstance(data, dict):
         return data, report
-    ours = _fields(SearchConfig)
+    ours = _fields(schema)
     native: dict[str, Any] = {}
     oe: dict[str, Any] = {}
     for key, value in data.items():
@@ -226,7 +227,7 @@ def translate(data: Any) -> tuple[dict[str, Any], Report]:
         else:
             oe[key] = value
     unknown: list[str] = []
-    _native_unknown(SearchConfig, native, "", unknown)
+    _native_unknown(schema, native, "", unknown)
     _translate(oe, native, report)
     report.unknown = unknown + report.unknown
     return native, report
@@ -329,8 +330,6 @@ def _llm(sub: str, v: Any, section: dict, out: dict, report: Report, moved: Any)
 
 def _model(entry: dict, section: dict, report: Report, where: str) -> dict[str, Any]:
     """One OpenEvolve (or native) model entry as ours."""
-    from evokernel.evolve.llm.config import ModelSpec
-
     native = _fields(ModelSpec)
     model: dict[str, Any] = {}
     effort = entry.get("reasoning_effort", section.get("reasoning_effort"))
