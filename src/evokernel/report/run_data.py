@@ -255,7 +255,7 @@ def _nonfinite(p: Program, result: EvalResult | None) -> bool:
 
 
 def load_run(path: Path) -> RunData:
-    run = RunDir.open(Path(path))
+    run = RunDir.open(Path(path), purpose="to report on")
     trouble = ""
     try:
         _, status = read_status(run.path)
