@@ -366,6 +366,44 @@ def _stmt_span(src: _Source, stmt: ast.stmt) -> Span | None:
     return span if src.whole_lines(span) else None
 
 
+def named_units(source: str) -> dict[str, tuple[Span, str]]:
+    """The module-level statements inside the regions that have a name (a `def`, a `class`,
+    an assignment to one name), as {name: (whole-line span, text)}: what crossover swaps."""
+    try:
+        src = _Source(source)
+    except (SyntaxError, blocks.BlockError):
+        return {}
+    units: dict[str, tuple[Span, str]] = {}
+    for stmt in src.tree.body:
+        name = None
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = stmt.name
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            name = target.id if isinstance(target, ast.Name) else None
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+        span = _stmt_span(src, stmt)
+        if name and span is not None and src.inside(span) and name not in units:
+            lines = src.lines[span.start[0] : span.end[0] + 1]
+            units[name] = (span, "".join(lines))
+    return units
+
+
+def splice(source: str, donor: str, names: list[str]) -> str:
+    """`source` with the named units replaced by `donor`'s (whole lines)."""
+    mine, theirs = named_units(source), named_units(donor)
+    lines = source.splitlines(keepends=True)
+    order = sorted(names, key=lambda n: mine[n][0].start[0], reverse=True)
+    for name in order:
+        span, _ = mine[name]
+        text = theirs[name][1]
+        if not text.endswith("\n"):
+            text += "\n"
+        lines[span.start[0] : span.end[0] + 1] = [text]
+    return "".join(lines)
+
+
 # --- applying moves ----------------------------------------------------------------------------
 def new_number(value: bool | int | float, rng: random.Random) -> bool | int | float:
     """A perturbed literal within the value's scale (see the module docstring)."""
