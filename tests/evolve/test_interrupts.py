@@ -52,7 +52,7 @@ def test_a_signal_stops_the_search_cleanly(tmp_path, sig, code):
     time.sleep(2.0)  # two children are being evaluated now
     assert any(scratch.iterdir()), "the children's evaluations hold scratch directories"
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert f"resume with evokernel evolve --resume --out {run}" in err
     assert "Traceback" not in err and "Exception" not in err, err

@@ -88,7 +88,7 @@ def run_bench(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     log(f"random restarts: the initial program evaluated {args.restarts} times")
     restarts = _scores(problem, seed_code, args.restarts, args.workers)
     rng = random.Random(0)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for seed in range(args.runs):
         problem, cfg = _problem(example, args.workers, args.iterations, seed)
         run_dir = out / "runs" / f"seed{seed}"
@@ -98,7 +98,8 @@ def run_bench(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         db = Database(run_dir / "programs.sqlite", readonly=True)
         try:
             rows = list(db.programs)
-            best = max((p for p in rows if p.fitness is not None), key=lambda p: p.fitness)
+            scored = [p for p in rows if p.fitness is not None]
+            best = max(scored, key=lambda p: float(p.fitness or 0.0))
             evaluated = sum(1 for p in rows if p.evaluated_here)
             kinds: dict[str, int] = {}
             for p in rows:
@@ -133,7 +134,8 @@ def run_bench(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             f"{best.fitness:.4f}, fresh mean {statistics.mean(fresh):.4f}, gain {gain:+.4f} "
             f"[{lo:+.4f}, {hi:+.4f}] {'improved' if lo > 0 else 'NOT improved'}"
         )
-    gains = [r["gain"] for r in runs]
+    gains = [float(r["gain"]) for r in runs]
+    reported = [float(r["best_reported"] or 0.0) for r in runs]
     return {
         "kind": KIND,
         "schema": 1,
@@ -151,7 +153,7 @@ def run_bench(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         "runs": runs,
         "median_gain": statistics.median(gains) if gains else None,
         "improved_runs": sum(r["improved"] for r in runs),
-        "median_best_reported": statistics.median(r["best_reported"] for r in runs),
+        "median_best_reported": statistics.median(reported) if reported else None,
         "wall_s": round(time.monotonic() - started, 1),
     }
 

@@ -112,9 +112,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "best_fitness": best.fitness,
         "best_correct": best.correct,
         "at_least_as_fast": (
-            best.fitness is not None
-            and first.fitness is not None
-            and best.fitness >= first.fitness
+            best.fitness is not None and first.fitness is not None and best.fitness >= first.fitness
         ),
         "best_kind": best.kind,
         "best_description": best.description,
@@ -147,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{doc['task']} on {doc['gpu'] or doc['device']}: {doc['evaluated']} evaluated "
         f"({doc['valid']} correct) in {doc['wall_s']:.0f} s; seed fitness {seed_fit}, best "
         f"{doc['best_id']} fitness {best_fit} ({doc['best_kind']}: {doc['best_description']}); "
-        f"correct and at least as fast as the seed: {doc['best_correct'] and doc['at_least_as_fast']}"
+        f"correct and at least as fast as the seed: "
+        f"{doc['best_correct'] and doc['at_least_as_fast']}"
     )
     print(f"wrote {path}")
     return 0

@@ -89,8 +89,7 @@ class GridConfig:
                 kind, _, name = spec.partition(":")
                 require(
                     kind in FEATURE_KINDS and bool(name),
-                    f"features: {spec!r} is not 'regime:<name>', 'knob:<NAME>' or "
-                    "'metric:<name>'",
+                    f"features: {spec!r} is not 'regime:<name>', 'knob:<NAME>' or 'metric:<name>'",
                 )
             require(len(set(self.features)) == len(self.features), "features repeats")
             require(len(self.features) <= 8, "features: at most 8")
@@ -100,9 +99,9 @@ class GridConfig:
             "bins must be strictly increasing",
         )
         require(self.regime_stat in ("geomean", "max"), "regime_stat: geomean or max")
-        counts = self.metric_bins.values() if isinstance(self.metric_bins, dict) else [
-            self.metric_bins
-        ]
+        counts = (
+            self.metric_bins.values() if isinstance(self.metric_bins, dict) else [self.metric_bins]
+        )
         require(all(1 <= n <= 1000 for n in counts), "metric_bins must be in [1, 1000]")
 
     def metric_bins_of(self, name: str) -> int:

@@ -168,4 +168,3 @@ class GenericProblem:
             return COMBINED_LABEL
         _, source = score_of(metrics, self.metric_features)
         return f"{source}: no combined_score reported" if source.startswith("mean") else MEAN_LABEL
-

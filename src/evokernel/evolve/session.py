@@ -266,7 +266,9 @@ def offline_only(cfg: SearchConfig) -> SearchConfig:
     """`cfg` with the LLM mutators and models dropped (the offline mutator weighs 1 when
     nothing else is left)."""
     data = cfg.to_dict()
-    weights = {k: v for k, v in data["mutators"]["weights"].items() if k in ("offline", "crossover")}
+    weights = {
+        k: v for k, v in data["mutators"]["weights"].items() if k in ("offline", "crossover")
+    }
     if not any(w > 0 for w in weights.values()):
         weights = {"offline": 1.0}
     data["mutators"]["weights"] = weights

@@ -174,10 +174,7 @@ def _progress(data: RunData) -> str:
         marks=[Mark(x, "resumed", "x", "#bf8700") for x in p.resumes_at_time],
         empty="no correct program: nothing to plot",
     )
-    note = (
-        f'<p class="note">Fitness: {esc(full)}. Grey dots: every correct program\'s '
-        "fitness.</p>"
-    )
+    note = f'<p class="note">Fitness: {esc(full)}. Grey dots: every correct program\'s fitness.</p>'
     return section("progress", "Progress", f'<div class="charts">{a}{b}</div>{note}')
 
 
@@ -410,11 +407,7 @@ def _environment(data: RunData) -> str:
         ]
         inner += "<h3>Devices the evaluations reported</h3>" + table(
             [*keys, "evaluations"],
-            [
-                [_hardware_cell(d.get(k)) for k in keys]
-                + [fmt(c)]
-                for d, c in devices
-            ],
+            [[_hardware_cell(d.get(k)) for k in keys] + [fmt(c)] for d, c in devices],
         )
     else:
         inner += '<p class="note">The evaluations reported no device (generic evaluator).</p>'

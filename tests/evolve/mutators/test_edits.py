@@ -21,7 +21,7 @@ from evokernel.tasks.blocks import check_edit, parse_knobs
 
 FM = Path(__file__).parents[1] / "openevolve" / "function_minimization" / "initial_program.py"
 
-TWO_BLOCKS = '''import math
+TWO_BLOCKS = """import math
 
 # EVOLVE-BLOCK-START
 STEP = 0.25
@@ -42,7 +42,7 @@ def shrink(x):
     z = y - 1
     return z
 # EVOLVE-BLOCK-END
-'''
+"""
 
 
 def _ctx(code: str, seed: int = 0, **kw) -> MutationContext:

@@ -94,7 +94,9 @@ def test_skips_what_was_seen_and_finds_the_last_unseen_setting(toy_source):
     space = knob_space(toy_source)
     last = space[-1]
     seen = {code_digest(set_knobs(toy_source, s)) for s in space if s != last}
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(ctx(toy_source, 0, seen=seen))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=seen)
+    )
     assert p.kind == "offline:knob" and knob_values(p.code) == last
     called = []
 
@@ -102,13 +104,17 @@ def test_skips_what_was_seen_and_finds_the_last_unseen_setting(toy_source):
         called.append(code)
         return knob_values(code) != last
 
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(ctx(toy_source, 0, seen=tried))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=tried)
+    )
     assert knob_values(p.code) == last and called
 
 
 def test_everything_seen_falls_back_to_transforms_then_fails(toy_source):
     seen = {code_digest(set_knobs(toy_source, s)) for s in knob_space(toy_source)}
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(ctx(toy_source, 0, seen=seen))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=seen)
+    )
     assert p.kind == "offline:transform"
     all_seen = lambda code: True
     p = OfflineMutator().propose(ctx(toy_source, 0, seen=all_seen))

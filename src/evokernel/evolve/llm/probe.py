@@ -21,7 +21,7 @@ TIMEOUT_S = 5.0
 
 
 def _reach(url: str, key: str, timeout_s: float) -> str:
-    """"" when `url` answers over HTTP, else why not."""
+    """ "" when `url` answers over HTTP, else why not."""
     headers = {"Accept": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"

@@ -125,8 +125,10 @@ class Crossover:
             description = f"from {other.id} (island {other.island}): {what}"
             return Proposal(code, "offline:crossover", description[:200], parent_ids=parents,
                             discarded=discarded)  # fmt: skip
-        why = "no named definition or block differs" if not (differ or regions) else (
-            "every splice drawn was already tried or did not compile"
+        why = (
+            "no named definition or block differs"
+            if not (differ or regions)
+            else ("every splice drawn was already tried or did not compile")
         )
         return Proposal(None, "offline:crossover", error=f"{ctx.parent.id} and {other.id}: {why}",
                         parent_ids=parents, discarded=discarded)  # fmt: skip

@@ -29,6 +29,7 @@ passed in.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import random
 from collections.abc import Iterator
@@ -92,12 +93,9 @@ class _Source:
         self.lines = source.splitlines(keepends=True)
         self.tree = pysource.parse(source)
         self.regions = blocks.region_lines(source)
-        knob_lines = set()
-        try:
-            knob_lines = {k.line for k in blocks.parse_knobs(source)}
-        except blocks.BlockError:
-            pass
-        self.knob_lines = knob_lines
+        self.knob_lines: set[int] = set()
+        with contextlib.suppress(blocks.BlockError):
+            self.knob_lines = {k.line for k in blocks.parse_knobs(source)}
 
     def col(self, line: int, byte_col: int) -> int:
         """Character column of a 1-based line's UTF-8 byte column."""
@@ -146,7 +144,7 @@ def replace(source: str, edits: list[tuple[Span, str]]) -> str:
 
 
 def compiles(code: str) -> str:
-    """"" when `code` parses and compiles, else a one-line reason."""
+    """ "" when `code` parses and compiles, else a one-line reason."""
     try:
         compile(pysource.parse(code), "<child>", "exec")
     except SyntaxError as err:
@@ -240,16 +238,15 @@ def _operator_moves(src: _Source, node: ast.AST, found: dict[str, list[Move]]) -
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
         if name in _NAME_SWAP:
-            span = src.span(func)
-            (l1, c1) = span.end
-            at = Span((l1, c1 - len(name)), (l1, c1))
-            if src.inside(at) and src.text(at) == name:
+            (l1, c1) = src.span(func).end
+            call = Span((l1, c1 - len(name)), (l1, c1))
+            if src.inside(call) and src.text(call) == name:
                 found["operator"].append(
-                    Move("operator", "call", at, l1 + 1, name, (_NAME_SWAP[name],))
+                    Move("operator", "call", call, l1 + 1, name, (_NAME_SWAP[name],))
                 )
         return
-    for left, right, symbol, options in pairs:
-        gap = Span(src.span(left).end, src.span(right).start)
+    for a, b, symbol, options in pairs:
+        gap = Span(src.span(a).end, src.span(b).start)
         if not src.inside(gap):
             continue
         at = _symbol_in(src, gap, symbol)
@@ -450,8 +447,9 @@ def apply(source: str, move: Move, rng: random.Random) -> tuple[str, str]:
             text = f"({text})"
         return replace(source, [(move.span, text)]), f"{where}: {move.text} -> {text}"
     if move.family in ("operator",) or move.kind in ("negate-if", "range"):
-        new = rng.choice(move.options)
-        return replace(source, [(move.span, new)]), f"{where}: {move.text!r} -> {new!r}"[:200]
+        option = rng.choice(move.options)
+        child = replace(source, [(move.span, option)])
+        return child, f"{where}: {move.text!r} -> {option!r}"[:200]
     lines = source.splitlines(keepends=True)
     if move.kind in ("delete", "duplicate", "swap"):
         first, last = move.span.start[0], move.span.end[0]
