@@ -229,8 +229,8 @@ def _operator_moves(src: _Source, node: ast.AST, found: dict[str, list[Move]]) -
             left = right
     elif isinstance(node, ast.BoolOp):
         old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
-        for a, b in zip(node.values, node.values[1:]):
-            pairs.append((a, b, old, (new,)))
+        for first, second in zip(node.values, node.values[1:]):
+            pairs.append((first, second, old, (new,)))
     elif isinstance(node, ast.AugAssign) and type(node.op) in _AUG_SWAP:
         old, new = _AUG_SWAP[type(node.op)]
         pairs.append((node.target, node.value, old, (new,)))
