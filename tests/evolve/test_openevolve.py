@@ -235,7 +235,7 @@ def test_an_unreachable_llm_is_said_at_once_and_the_run_fails(tmp_path):
         "  timeout: 2\n  api_key: ${EVOKERNEL_TEST_NO_SUCH_KEY}\n"
     )
     args = ["--program", str(tmp_path / "prog.py"), "--evaluator", str(tmp_path / "ev.py")]
-    args += ["--config", str(cfg), "--iterations", "3"]
+    args += ["--config", str(cfg), "--iterations", "40"]
     strict = _evolve(*args, "--strict", "--out", str(tmp_path / "strict"))
     assert strict.returncode == 2 and strict.stderr.count("\n") == 1, strict.stderr
     assert "EVOKERNEL_TEST_NO_SUCH_KEY is not set" in strict.stderr
@@ -246,3 +246,10 @@ def test_an_unreachable_llm_is_said_at_once_and_the_run_fails(tmp_path):
     assert any("127.0.0.1:9/v1 cannot be reached" in ln for ln in lines if ln.startswith("warning"))
     assert lines[-1].startswith("error: no child program could be proposed")
     assert "Traceback" not in out.stderr
+    done = [p for p in _rows(tmp_path / "run") if p.iteration >= 0]
+    assert 8 <= len(done) < 20  # it gave up early instead of running all 40 iterations
+    state = subprocess.run(
+        [sys.executable, "-m", "evokernel", "status", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "stopped: no child program could be proposed" in state.stdout

@@ -132,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         _resume_hint(session.run.path)
         return interrupts.exit_code()
     print(outcome.text())
+    for line in outcome.notes:
+        print(f"warning: {line}", file=sys.stderr)
     if outcome.stop_reason == "interrupted":
         _resume_hint(session.run.path)
     if args.json:

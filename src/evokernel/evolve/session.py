@@ -67,6 +67,7 @@ class Outcome:
     summary: RunSummary
     table: list[DispatchEntry]
     problem: str = ""  # one line when the run could do nothing useful (no child proposed)
+    notes: list[str] = field(default_factory=list)  # warnings, e.g. LLM proposals that failed
 
     def text(self) -> str:
         return format_table(self.summary, self.table)
@@ -161,6 +162,8 @@ class Session:
         self._record(stop, started, finished=stop in FINISHING, error=problem)
         outcome = self._outputs(stop)
         outcome.problem = problem
+        if not problem:
+            outcome.notes = llm_failures(self.db.programs)
         return outcome
 
     def _proposed_any(self) -> bool:
@@ -204,6 +207,21 @@ class Session:
         finally:
             self.db.close()
             self._lock.close()
+
+
+def llm_failures(rows: list[Any]) -> list[str]:
+    """One line when LLM proposals failed (an endpoint down for part of the run), with the
+    most frequent reason: the database keeps every one, but the user should hear of it."""
+    llm = [p for p in rows if p.kind.startswith("llm:") and not p.migrant and p.iteration >= 0]
+    failed = [p for p in llm if p.status == "rejected" and not p.code]
+    if not failed:
+        return []
+    reasons: dict[str, int] = {}
+    for p in failed:
+        why = p.reasons[0] if p.reasons else "no answer"
+        reasons[why] = reasons.get(why, 0) + 1
+    top = max(reasons.items(), key=lambda kv: kv[1])[0]
+    return [f"{len(failed)} of {len(llm)} LLM proposals got no program; most often: {top}"[:400]]
 
 
 def no_child_line(reasons: dict[str, int]) -> str:
