@@ -325,7 +325,9 @@ def _shown(key: str, value: str) -> str:
 
 
 def _title(key: str) -> str:
-    return "kernels (per-stage device time of one call, per scenario)" if key == "kernels" else key
+    if key == "kernels":
+        return "kernels (per-stage device time of one call, per scenario)"
+    return key.removeprefix("artifact:")
 
 
 def _keep(key: str) -> str:
