@@ -203,7 +203,6 @@ def test_programs_without_markers_and_with_two_blocks_evolve(tmp_path):
                 assert "# EVOLVE-BLOCK-END\nFIXED = 1\n# EVOLVE-BLOCK-START" in p.code
 
 
-@pytest.mark.slow
 def test_openevolves_function_minimization_runs_unchanged(tmp_path):
     """The published example, files unchanged, with its own config.yaml; no LLM here."""
     for name in ("initial_program.py", "evaluator.py", "config.yaml"):
