@@ -142,6 +142,12 @@ class FakeProblem:
     def fitness(self, result: EvalResult) -> float | None:
         return fit.kernel_fitness(result, self.device)
 
+    def features(self, result: EvalResult) -> dict[str, float]:
+        return {}
+
+    def label_for(self, seed: EvalResult) -> str:
+        return self.fitness_label
+
     def regime_speedups(self, result: EvalResult) -> dict[str, float]:
         return fit.regime_speedups(result) if self.timed else {}
 

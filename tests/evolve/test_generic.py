@@ -31,7 +31,7 @@ def evaluate(path):
     if module.A == 5:
         raise RuntimeError("A = 5 breaks the toy")
     if module.B == 0:
-        return {"value": 0}
+        return {"value": "none"}
     return {"combined_score": float(module.value()), "B": module.B}
 """
 
@@ -99,7 +99,7 @@ def test_generic_task_failures_are_reasons(files, tmp_path):
     assert not broken.correct and broken.reasons[0].startswith("exception:")
     assert "A = 5 breaks the toy" in broken.reasons[0]
     missing = problem.evaluate(PROGRAM.replace("B = 3 ", "B = 0 "))
-    assert not missing.correct and "combined_score" in missing.reasons[0]
+    assert not missing.correct and "no finite combined_score" in missing.reasons[0]
     good = problem.evaluate(PROGRAM)
     assert good.correct and problem.fitness(good) == -13.0
 

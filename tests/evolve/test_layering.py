@@ -32,6 +32,10 @@ PURE = [
     "llm.config",
     "llm.accounting",
     "mutators.config",
+    "openevolve_config",
+    "generic_eval",
+    "stages",
+    "llm.probe",
 ]
 HEAVY = [
     "torch",

@@ -136,7 +136,10 @@ def test_a_backend_that_cannot_evaluate_stops_the_run_and_says_why(tmp_path):
         _run(tmp_path, UnusableProblem(), _cfg(), LocalBackend(workers=1, gpus=0))
     text, data = read_status(tmp_path / "run")
     assert data["stop_reason"] == "error" and "ev.py is gone" in data["error"]
-    assert "stopped (error: the run's evaluator /x/ev.py is gone); continue with --resume" in text
+    assert (
+        "stopped (error: the run's evaluator /x/ev.py is gone); "
+        "continue with evokernel evolve --resume --out" in text
+    )
 
 
 class DeadEvaluator(FakeProblem):

@@ -159,3 +159,29 @@ def test_page_loads_nothing_and_escapes_the_run(kind, runs, tmp_path):
     # Candidate text (the LLM's answers, the evaluator's exception) never becomes markup.
     assert "<b>not bold</b>" not in html and "<img" not in html
     assert "alert(1)</script>" not in html
+
+
+def test_a_generic_run_shows_artifacts_and_what_each_mutator_did(tmp_path):
+    program = "X = 1.0\n\n\ndef value():\n    return -((X - 3.0) ** 2)\n"
+    evaluator = (
+        "import importlib.util\nfrom openevolve.evaluation_result import EvaluationResult\n\n\n"
+        "def evaluate(path):\n"
+        "    spec = importlib.util.spec_from_file_location('c', path)\n"
+        "    m = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(m)\n"
+        "    return EvaluationResult({'combined_score': m.value()}, {'hint': f'X={m.X}'})\n"
+    )
+    (tmp_path / "p.py").write_text(program)
+    (tmp_path / "e.py").write_text(evaluator)
+    run = tmp_path / "run"
+    assert main([
+        "evolve", "--program", str(tmp_path / "p.py"), "--evaluator", str(tmp_path / "e.py"),
+        "--out", str(run), "--iterations", "6", "--device", "cpu",
+    ]) == 0  # fmt: skip
+    data = load_run(run)
+    seed = next(n for n in data.nodes if n.id == "seed")
+    assert seed.to_json()["artifacts"] == {"hint": "X=1.0"}
+    rows = st.mutators(data)
+    assert rows and all(r.kind.startswith("offline:") for r in rows)
+    assert sum(r.proposals for r in rows) == 6
+    html = render_run(data)
+    assert "no child" in html and "invalid" in html and "Fitness: combined_score" in html

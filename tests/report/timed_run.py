@@ -164,6 +164,12 @@ class ScriptedProblem:
     def fitness(self, result: EvalResult) -> float | None:
         return fit.kernel_fitness(result, "cuda")
 
+    def features(self, result: EvalResult) -> dict[str, float]:
+        return {}
+
+    def label_for(self, seed: EvalResult) -> str:
+        return self.fitness_label
+
     def regime_speedups(self, result: EvalResult) -> dict[str, float]:
         return fit.regime_speedups(result)
 

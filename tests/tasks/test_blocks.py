@@ -86,7 +86,7 @@ def test_edits_outside_are_rejected_with_the_line():
     reason = check_edit(SRC, SRC.replace("\n\ndef entry(x):\n    return helper(x)\n", "\n"))
     assert reason is not None and "end of file (fixed line 'def entry(x):' is missing)" in reason
     assert "malformed" in str(check_edit(SRC, SRC.replace("# EVOLVE-BLOCK-END", "")))
-    assert "parent has malformed" in str(check_edit("x = 1\n", SRC))
+    assert "markers may not change" in str(check_edit("x = 1\n", SRC))  # whole-file parent
     inside = SRC.replace("return x * BLOCK_N", "return x + BLOCK_N")
     assert check_edit(SRC, inside) is None
 

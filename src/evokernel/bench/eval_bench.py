@@ -162,8 +162,17 @@ def run_eval_bench(
     lock = threading.Lock()
     t0 = time.monotonic()
 
+    stopping = threading.Event()
+
     def work(worker: int) -> None:
-        while True:
+        try:
+            run_worker(worker)
+        except BaseException:  # stopped under it (an interrupt): nothing to report
+            if not stopping.is_set():
+                raise
+
+    def run_worker(worker: int) -> None:
+        while not stopping.is_set():
             with lock:
                 if not queue or (deadline is not None and time.monotonic() > deadline):
                     return
@@ -171,6 +180,8 @@ def run_eval_bench(
             result = evaluate(
                 program.task, program.code, opts.device, opts.options, gpu=worker % gpus
             )
+            if stopping.is_set():
+                return
             with lock:
                 done.append((program, result))
                 n, elapsed = len(done), time.monotonic() - t0
@@ -189,9 +200,28 @@ def run_eval_bench(
     ]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        # An interrupt: no new evaluation starts, the running ones are killed, and their
+        # threads return (removing their scratch directories) before the interrupt goes on.
+        stopping.set()
+        _stop(threads)
+        raise
     return _document(opts, done, planned, time.monotonic() - t0, workers, True)
+
+
+def _stop(threads: list[threading.Thread], within_s: float = 10.0) -> None:
+    from evokernel.evaluate.process.launch import abort_all
+    from evokernel.evaluate.result import reason
+
+    deadline = time.monotonic() + within_s
+    line = reason("infrastructure", "the bench was interrupted")
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        abort_all(line)
+        for t in threads:
+            t.join(timeout=0.1)
 
 
 def _document(

@@ -8,7 +8,10 @@ Runs the task seeds with their declared knob values through the evaluator with i
 settings, as the search does (bench/eval_bench.py), and prints evaluations per minute, the mean
 phase breakdown, the GPU-held time per evaluation and the false-rejection count (every program
 is honest), then one JSON line (the summary; with --json, the whole document). Progress goes to
-stderr, one line per evaluation. Exit 0 when the result file is written, rejections included.
+stderr, one line per evaluation. Exit 0 when the result file is written, rejections included;
+130 on SIGINT, 143 on SIGTERM: the evaluations in flight are stopped, their scratch
+directories removed, and the figures of the finished ones stay in the result file (marked
+`"complete": false`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 from evokernel.cli import args as checked
+from evokernel.cli import interrupts
 from evokernel.cli.eval import add_allow_unsandboxed
 from evokernel.errors import EvokernelError
 
@@ -109,11 +113,17 @@ def run(args: argparse.Namespace) -> int:
         options=EvalOptions(cascade=cascade, allow_unsandboxed=args.allow_unsandboxed),
         command=command,
     )
-    doc = run_eval_bench(
-        opts,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-        checkpoint=lambda partial: write(partial, out),  # an interrupt leaves the figures
-    )
+    interrupts.catch_signals()
+    try:
+        doc = run_eval_bench(
+            opts,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            checkpoint=lambda partial: write(partial, out),  # an interrupt leaves the figures
+        )
+    except KeyboardInterrupt:
+        done = f"; the finished evaluations are in {out}" if out.exists() else ""
+        print(f"{interrupts.name()}{done}", file=sys.stderr)
+        return interrupts.exit_code()
     write(doc, out)
     print(format_table(doc))
     print(f"wrote {out}")

@@ -5,23 +5,30 @@
                      [--backend local|ray] [--ray-address ADDR]
     evokernel evolve --task TASK --program START.py [...]   start from START.py, not the seed
     evokernel evolve --program P.py --evaluator E.py [same options]
+                     [--config openevolve.yaml] [--strict] [--offline]
 
 Live progress while it runs; at the end a per-scenario summary table (the dispatch table),
 and RUN_DIR/best.py, dispatch.json and summary.json. `--json` ends stdout with one JSON line
-(the summary). Exit 0 when the run stopped normally, 130 when interrupted (resume it with
-`--resume --out RUN_DIR`), 2 with one line on stderr for bad input or a backend that cannot
-evaluate. `--backend ray` evaluates on a Ray cluster (docs/scale-out.md); a resumed run may
-change its backend, nothing else.
+(the summary). `--config` takes this search's YAML or an OpenEvolve `config.yaml` (its keys
+without an equivalent are one warning line). The LLM endpoints are probed before the run
+starts (a warning line each when unreachable or when the key variable is unset). `--strict`
+makes those warnings errors; `--offline` drops the LLM mutators.
+
+Exit 0 when the run stopped normally; 1 when no child program could be proposed (the line
+says why); 130 on SIGINT and 143 on SIGTERM (the run stops cleanly, leaves no scratch
+directory, and the line to resume it is printed); 2 with one line on stderr for bad input or
+a backend that cannot evaluate. `--backend ray` evaluates on a Ray cluster
+(docs/scale-out.md); a resumed run may change its backend, nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
+
+from evokernel.cli import interrupts
 
 ORDER = 70
 
@@ -41,9 +48,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the program of a generic task with --evaluator",
     )
     p.add_argument(
-        "--evaluator", type=Path, help="generic task: file defining evaluate(path) -> dict"
+        "--evaluator",
+        type=Path,
+        help="generic task: file defining evaluate(path) (and evaluate_stage1/2/3) returning "
+        "a dict of metrics or an EvaluationResult",
     )
-    p.add_argument("--config", type=Path, help="YAML overriding evolve/default_config.yaml")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML overriding evolve/default_config.yaml, or an OpenEvolve config.yaml",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse OpenEvolve config keys without an equivalent and unusable LLM endpoints "
+        "(default: one warning line each)",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="the built-in mutators only: drop the LLM mutators and models of the config",
+    )
     p.add_argument(
         "--iterations",
         type=int,
@@ -74,14 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     from evokernel.evolve.session import Request, open_session
 
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupts.catch_signals()
     req = Request(
         task=args.task,
         program=args.program,
@@ -94,18 +115,39 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         backend=args.backend,
         ray_address=args.ray_address,
+        strict=args.strict,
+        offline=args.offline,
     )
-    session = open_session(req)
     try:
-        outcome = session.execute()
+        session = open_session(req)
     finally:
-        session.close()
+        for line in req.warnings:
+            print(f"warning: {line}", file=sys.stderr, flush=True)
+    try:
+        try:
+            outcome = session.execute()
+        finally:
+            session.close()
+    except KeyboardInterrupt:
+        _resume_hint(session.run.path)
+        return interrupts.exit_code()
     print(outcome.text())
+    for line in outcome.notes:
+        print(f"warning: {line}", file=sys.stderr)
     if outcome.stop_reason == "interrupted":
-        print(
-            f"interrupted: resume with evokernel evolve --resume --out {session.run.path}",
-            file=sys.stderr,
-        )
+        _resume_hint(session.run.path)
     if args.json:
         print(json.dumps({**outcome.summary.to_dict(), "run_dir": str(session.run.path)}))
-    return 130 if outcome.stop_reason == "interrupted" else 0
+    if outcome.stop_reason == "interrupted":
+        return interrupts.exit_code()
+    if outcome.problem:
+        print(f"error: {outcome.problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _resume_hint(run_dir: Path) -> None:
+    print(
+        f"{interrupts.name()}: resume with evokernel evolve --resume --out {run_dir}",
+        file=sys.stderr,
+    )

@@ -41,6 +41,7 @@ from evokernel.evaluate.process import compile_cache, policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import POOL, Spec, StartFailed
 from evokernel.evaluate.result import DeviceInfo, EvalResult, reason
+from evokernel.evaluate.stop import Stop
 from evokernel.evaluate.timed import TimingPhase
 from evokernel.tasks.base import Task
 
@@ -51,10 +52,6 @@ LOAD_ACK_S = 30.0  # a worker handed out must acknowledge the candidate within t
 CPU_LABEL = "cpu-interpreter (correctness only, no speed claim)"
 CUDA_LABEL = "cuda-events"
 R = TypeVar("R", bound=p.Message)
-
-
-class Stop(Exception):
-    """End the evaluation now (the reason is already recorded)."""
 
 
 class _Infrastructure(Exception):

@@ -34,6 +34,7 @@ from evokernel.evaluate.plan import TimingPlan, public_scenarios, timing_plan
 from evokernel.evaluate.process.launch import WorkerProcess
 from evokernel.evaluate.result import reason
 from evokernel.evaluate.static import triton_kernels
+from evokernel.evaluate.stop import Stop
 from evokernel.tasks.base import Scenario
 from evokernel.tasks.rng import derive_seed
 
@@ -224,6 +225,4 @@ class TimingPhase:
 
 
 def _stop() -> Exception:
-    from evokernel.evaluate.session import Stop
-
     return Stop()

@@ -1,10 +1,19 @@
 """The search's configuration: nested dataclasses, one per concern, validated on construction.
 
 `load_config(path)` reads a YAML file over the defaults: a key the dataclasses do not know is
-an error naming it (`islands.cuont`), as is a key given twice, a value of the wrong type or out
-of range (`sections.py` builds and checks every section the same way). Every key is documented,
-with its default, in `default_config.yaml` next to this module; a test keeps that file and
-these defaults identical.
+an error naming it (`islands.cuont`; all such keys in one line), as is a key given twice, a
+value of the wrong type or out of range (`sections.py` builds and checks every section the same
+way). Every key is documented, with its default, in `default_config.yaml` next to this module;
+a test keeps that file and these defaults identical.
+
+The file may also be an OpenEvolve `config.yaml` (or mix its keys with ours):
+`openevolve_config.translate` maps each of its keys to ours, and `read_config` returns the
+keys without an equivalent as one warning line (an error under `strict`).
+
+YAML is read defensively: at most `MAX_CONFIG_BYTES`, and aliases are capped (`MAX_ALIASES`,
+and `MAX_NODES` nodes once expanded), so a small file of nested aliases (a "billion laughs")
+is refused in microseconds instead of expanding for minutes. YAML 1.1 booleans (`on`/`off`)
+are accepted where a key takes a mode (`evaluator.cascade`).
 
 This module imports no mutator, LLM client or evaluator code: the sections of the mutators and
 of the LLM live beside them (`mutators/config.py`, `llm/config.py`) and import nothing heavy.
@@ -26,7 +35,10 @@ from evokernel.evolve.sections import INT_LIMIT, build_section, require
 
 DEFAULT_CONFIG = Path(__file__).with_name("default_config.yaml")
 MUTATOR_NAMES = ("offline", "llm_diff", "llm_rewrite", "crossover")
-FEATURE_KINDS = ("regime", "knob")
+FEATURE_KINDS = ("regime", "knob", "metric")
+MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few kilobytes
+MAX_ALIASES = 64
+MAX_NODES = 100_000  # YAML nodes once aliases are expanded
 BACKENDS = ("local", "ray")
 MAX_ITERATIONS = 1_000_000  # 20 evaluations a minute: a month; more is a typo
 MAX_PARALLEL = 4096  # workers, iterations in flight: one thread or task each
@@ -63,9 +75,11 @@ class IslandsConfig:
 
 @dataclass
 class GridConfig:
-    features: list[str] | str = "auto"  # "auto" or ["regime:<name>" | "knob:<NAME>", ...]
+    # "auto" or ["regime:<name>" | "knob:<NAME>" | "metric:<name>", ...]
+    features: list[str] | str = "auto"
     bins: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.05, 1.15, 1.3, 1.6])
     regime_stat: str = "geomean"  # how a regime's scenarios combine: geomean | max
+    metric_bins: int | dict[str, int] = 10  # metric features: bins (per feature: a mapping)
 
     def __post_init__(self) -> None:
         if isinstance(self.features, str):
@@ -75,7 +89,7 @@ class GridConfig:
                 kind, _, name = spec.partition(":")
                 require(
                     kind in FEATURE_KINDS and bool(name),
-                    f"features: {spec!r} is not 'regime:<name>' or 'knob:<NAME>'",
+                    f"features: {spec!r} is not 'regime:<name>', 'knob:<NAME>' or 'metric:<name>'",
                 )
             require(len(set(self.features)) == len(self.features), "features repeats")
             require(len(self.features) <= 8, "features: at most 8")
@@ -85,6 +99,15 @@ class GridConfig:
             "bins must be strictly increasing",
         )
         require(self.regime_stat in ("geomean", "max"), "regime_stat: geomean or max")
+        counts = (
+            self.metric_bins.values() if isinstance(self.metric_bins, dict) else [self.metric_bins]
+        )
+        require(all(1 <= n <= 1000 for n in counts), "metric_bins must be in [1, 1000]")
+
+    def metric_bins_of(self, name: str) -> int:
+        if isinstance(self.metric_bins, dict):
+            return self.metric_bins.get(name, 10)
+        return self.metric_bins
 
 
 @dataclass
@@ -111,9 +134,11 @@ class MutatorsConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"offline": 1.0})
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    max_code_chars: int = 0  # a longer child is rejected before evaluation; 0: no limit here
 
     def __post_init__(self) -> None:
         check_weights(self.weights)
+        _within(self.max_code_chars, 0, 1 << 30, "max_code_chars")
 
 
 @dataclass
@@ -123,10 +148,17 @@ class EvaluatorConfig:
     reps: int = 0  # 0: the evaluator's default
     profile: bool = True
     memory_mb: int = 8192
-    cascade: str = "auto"  # auto: screen first when timing is real (cuda) | off
+    # auto: kernels screen first when timing is real (cuda); generic evaluators run their
+    # evaluate_stage1/2/3 functions as a cascade | off. YAML's on/true mean auto, off/false off.
+    cascade: str | bool = "auto"
     screen_scenarios: list[str] = field(default_factory=list)  # []: the evaluator's choice
+    # generic evaluators: the score stage i must reach for stage i+1 to run (OpenEvolve's)
+    cascade_thresholds: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
 
     def __post_init__(self) -> None:
+        if isinstance(self.cascade, bool) or self.cascade == "on":
+            self.cascade = "auto" if self.cascade in (True, "on") else "off"
+        require(len(self.cascade_thresholds) <= 8, "cascade_thresholds: at most 8")
         _within(self.workers, 0, MAX_PARALLEL, "workers")
         _within(self.timeout_s, 1e-3, 86_400.0, "timeout_s")
         _within(self.reps, 0, 100_000, "reps")
@@ -156,8 +188,12 @@ class BudgetConfig:
     wall_time_s: float = 0.0  # 0: no limit
     tokens: int = 0  # 0: no limit
     cost_usd: float = 0.0  # 0: no limit
+    patience: int = 0  # stop after this many iterations without a better best; 0: never
+    min_improvement: float = 0.0  # what "better" means for patience: best rises by more
 
     def __post_init__(self) -> None:
+        _within(self.patience, 0, MAX_ITERATIONS, "patience")
+        _within(self.min_improvement, 0, 1e300, "min_improvement")
         _within(self.iterations, 0, MAX_ITERATIONS, "iterations")
         _within(self.wall_time_s, 0, MAX_SECONDS, "wall_time_s")
         _within(self.tokens, 0, INT_LIMIT - 1, "tokens")
@@ -212,7 +248,42 @@ def config_from_dict(data: dict[str, Any] | None) -> SearchConfig:
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (YAML says keys are
-    unique; PyYAML would keep the last one silently)."""
+    unique; PyYAML would keep the last one silently) and capping aliases."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()  # type: ignore[no-untyped-call]
+        _check_expansion(node)
+        return node
+
+
+def _check_expansion(root: Any) -> None:
+    """Refuse a document with more than MAX_ALIASES aliases or MAX_NODES expanded nodes."""
+    seen: dict[int, int] = {}  # node id -> expanded size (memoized: linear in the graph)
+    aliases = 0
+
+    def size(node: Any, depth: int) -> int:
+        nonlocal aliases
+        key = id(node)
+        if key in seen:
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise ConfigError(f"more than {MAX_ALIASES} YAML aliases: refused")
+            return seen[key]
+        if depth > 100:
+            raise ConfigError("YAML nested more than 100 levels: refused")
+        seen[key] = 1
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(n, depth + 1) for n in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        if total > MAX_NODES:
+            raise ConfigError(f"the YAML expands to more than {MAX_NODES} nodes: refused")
+        seen[key] = total
+        return total
+
+    if root is not None:
+        size(root, 0)
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -231,26 +302,66 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def parse_yaml(text: str) -> Any:
-    """Parsed YAML with unique keys; raises ConfigError or yaml.YAMLError."""
+    """Parsed YAML with unique keys and capped aliases; raises ConfigError or yaml.YAMLError."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes: not a configuration")
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def load_config(path: str | Path | None) -> SearchConfig:
-    """The defaults, overridden by the YAML file at `path` (None: defaults only)."""
-    if path is None:
-        return SearchConfig()
-    path = Path(path)
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise ConfigError(f"cannot read config {path}: no such file")
+    if not path.is_file():
+        raise ConfigError(f"cannot read config {path}: not a regular file")
     try:
-        data = parse_yaml(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file (not UTF-8)") from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes: not a configuration")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (not UTF-8)") from None
+
+
+def read_config(path: str | Path | None, strict: bool = False) -> tuple[SearchConfig, list[str]]:
+    """(the defaults overridden by the YAML file at `path`, warning lines). OpenEvolve keys are
+    translated; keys without an equivalent are one warning line, or an error when `strict`."""
+    from evokernel.evolve.openevolve_config import translate
+
+    if path is None:
+        return SearchConfig(), []
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = parse_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     try:
-        return config_from_dict(data)
+        native, report = translate(data, SearchConfig)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+    if report.unknown:
+        keys = ", ".join(f"'{k}'" for k in report.unknown)
+        many = "s" if len(report.unknown) > 1 else ""
+        raise ConfigError(f"{path}: unknown config key{many} {keys}")
+    warnings = []
+    if report.ignored:
+        line = report.ignored_line(str(path))
+        if strict:
+            raise ConfigError(line + " (--strict)")
+        warnings.append(line)
+    try:
+        return config_from_dict(native), warnings
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def load_config(path: str | Path | None) -> SearchConfig:
+    """The defaults, overridden by the YAML file at `path` (None: defaults only); warnings
+    about ignored OpenEvolve keys are dropped (`read_config` returns them)."""
+    return read_config(path)[0]

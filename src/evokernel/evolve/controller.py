@@ -62,17 +62,26 @@ from evokernel.tasks import blocks
 
 SEED_ID = "seed"
 NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program
-FINISHING = ("iterations", "tokens", "cost", "budget")  # stop reasons that end a run
+FINISHING = ("iterations", "tokens", "cost", "budget", "patience")  # reasons that end a run
 # "tokens"/"cost": the proposals' reported usage reached budget.tokens/cost_usd; "budget": the
 # LLM accounting (which also counts failed requests) refused or reached a limit.
 
 
 HISTORY_MAX = 512  # newest measured programs a mutator sees
+NO_CHILD = "no-child"  # stop reason: no mutator could propose any program
+NO_CHILD_PATIENCE = 8  # iterations without a single child, from the start, before giving up
 
 
 def measured_history(visible: list[Program]) -> list[ProgramView]:
     """Distinct measured programs (with a fitness), oldest first, at most HISTORY_MAX."""
     distinct = {p.code_hash: p for p in visible if p.fitness is not None and p.code}
+    rows = sorted(distinct.values(), key=lambda p: p.iteration)[-HISTORY_MAX:]
+    return [p.view() for p in rows]
+
+
+def failed_history(visible: list[Program]) -> list[ProgramView]:
+    """Distinct programs whose evaluation failed, oldest first, at most HISTORY_MAX."""
+    distinct = {p.code_hash: p for p in visible if p.status == "failed" and p.code}
     rows = sorted(distinct.values(), key=lambda p: p.iteration)[-HISTORY_MAX:]
     return [p.view() for p in rows]
 
@@ -131,6 +140,12 @@ class Controller:
         self.cost = sum(p.cost_usd for p in db.programs)
         self.hardware: dict = {}
         self.budget_message = ""
+        # Children mutators threw away before proposing (did not compile, already tried), by
+        # proposal kind: {kind: {"invalid": n, "duplicate": m}}, kept in the run's meta.
+        self.discarded: dict[str, dict[str, int]] = db.meta("discarded", {}) or {}
+        # Iterations in a row whose mutator proposed no program (an LLM that cannot be reached,
+        # a program no mutator can change): the run stops when nothing was ever proposed.
+        self.no_child_streak = 0
 
     # --- the seed ----------------------------------------------------------------------------
     def ensure_seed(self) -> None:
@@ -181,7 +196,12 @@ class Controller:
                 f"the seed program is not correct, nothing to evolve from: "
                 f"{'; '.join(seed.reasons) or 'no reason given'}"
             )
-        self.hardware = self.problem.hardware(self.db.result(SEED_ID))
+        seed_result = self.db.result(SEED_ID)
+        self.hardware = self.problem.hardware(seed_result)
+        if seed_result is not None:
+            label = self.problem.label_for(seed_result)
+            if label != self.db.meta("fitness_label"):
+                self.db.commit(meta={"fitness_label": label})
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self, target: int, wall_time_s: float = 0.0) -> str:
@@ -235,7 +255,26 @@ class Controller:
         if spent:
             self.budget_message = spent
             return "budget"
+        if budget.patience and self._stalled(budget.patience, budget.min_improvement):
+            self.budget_message = (
+                f"no better program in {budget.patience} iterations (budget.patience)"
+            )
+            return "patience"
         return None
+
+    def _stalled(self, patience: int, min_improvement: float) -> bool:
+        """Whether the best fitness rose by more than `min_improvement` in the last `patience`
+        committed iterations (OpenEvolve's early stopping)."""
+        rows = sorted(
+            (p for p in self.db.programs if not p.migrant and p.iteration >= -1),
+            key=lambda p: p.iteration,
+        )
+        best, last = None, -1
+        for p in rows:
+            if p.fitness is not None and (best is None or p.fitness > best + min_improvement):
+                best, last = p.fitness, p.iteration
+        latest = rows[-1].iteration if rows else -1
+        return latest - last >= patience
 
     def _is_boundary(self, k: int) -> bool:
         period = self.n * self.cfg.islands.migration_interval
@@ -275,6 +314,7 @@ class Controller:
             last_failure=last_failure(visible, parent.id),
             seen=frozenset(p.code_hash for p in visible if p.code),
             history=measured_history(visible),
+            failed=failed_history(visible),
         )
         threshold = None
         if self.problem.screens:
@@ -309,6 +349,9 @@ class Controller:
         if prop.code is None:
             return self._ready(slot, self._rejected(slot, prop.error or "no program proposed"))
         reason = blocks.check_edit(slot.parent.code, prop.code)
+        limit = self.cfg.mutators.max_code_chars
+        if reason is None and limit and len(prop.code) > limit:
+            reason = f"the child has {len(prop.code)} characters, over max_code_chars {limit}"
         if reason is not None:
             return self._ready(slot, self._rejected(slot, reason, prop.code))
         slot.digest = code_digest(prop.code)
@@ -376,12 +419,28 @@ class Controller:
 
     def _commit(self, slot: InFlight, row: Program, result_json: str | None = None) -> None:
         self._write_sources([row], slot.proposal)
-        accounting = self.mutators.accounting.to_dict()
-        self.db.commit([(row, result_json)], {"accounting": accounting})
+        meta: dict = {"accounting": self.mutators.accounting.to_dict()}
+        prop = slot.proposal
+        if prop is not None and prop.discarded:
+            tally = self.discarded.setdefault(row.kind, {})
+            for why, n in prop.discarded.items():
+                tally[why] = tally.get(why, 0) + n
+            meta["discarded"] = self.discarded
+        self._note_proposal(row)
+        self.db.commit([(row, result_json)], meta)
         self.tokens += row.tokens
         self.cost += row.cost_usd
         del self.flight[slot.k]
         self.on_commit(len(self.flight))
+
+    def _note_proposal(self, row: Program) -> None:
+        if row.status == "rejected" and not row.code:
+            self.no_child_streak += 1
+            ever = any(p.code and p.iteration >= 0 and not p.migrant for p in self.db.programs)
+            if not ever and self.no_child_streak >= NO_CHILD_PATIENCE:
+                self.stop = self.stop or NO_CHILD
+        else:
+            self.no_child_streak = 0
 
     # --- rows --------------------------------------------------------------------------------
     def _base_row(self, slot: InFlight, code: str | None = None) -> Program:
@@ -414,20 +473,34 @@ class Controller:
         result = evaluation.result
         screened = is_screened(result)
         regimes = self.problem.regime_speedups(result)
-        features = self.space.values(regimes, row.code)
+        features = self.space.values(regimes, row.code, self.problem.features(result))
         if screened:
             # Timed on the screen scenarios only: no fitness, no cell, never a parent.
             row.status, row.fitness, row.cell = SCREENED, None, ()
         else:
             row.status = "ok" if result.correct else "failed"
             row.fitness = self.problem.fitness(result)
-            row.cell = self.space.cell(features) if row.fitness is not None else ()
+            cell = self.space.cell(features, self._metric_ranges())
+            row.cell = cell if row.fitness is not None else ()
         row.regimes = regimes
         row.features = features
         row.reasons = tuple(result.reasons)
         row.eval_wall_s = evaluation.wall_s
         row.evaluated_on = evaluation.record()
         return self._with_insight(row, result.artifacts.get("cascade", "") if screened else "")
+
+    def _metric_ranges(self) -> dict[str, tuple[float, float]]:
+        """Each metric feature's (min, max) over the committed rows (OpenEvolve's scaling)."""
+        ranges: dict[str, tuple[float, float]] = {}
+        for key in self.space.metric_keys():
+            seen = [
+                float(p.features[key])
+                for p in self.db.programs
+                if isinstance(p.features.get(key), (int, float)) and p.fitness is not None
+            ]
+            if seen:
+                ranges[key] = (min(seen), max(seen))
+        return ranges
 
     def _reused_row(self, slot: InFlight, source: Program) -> Program:
         row = self._base_row(slot)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from evokernel.evolve.database import Database
 from evokernel.evolve.islands import rank_key
 from evokernel.evolve.rundir import RunDir, atomic_write
-from evokernel.evolve.summary import RunSummary, summarize
+from evokernel.evolve.summary import RunSummary, format_tally, summarize
 
 BASELINE = "baseline"
 
@@ -116,6 +116,7 @@ def format_table(summary: RunSummary, table: list[DispatchEntry]) -> str:
         )
     if summary.tokens:
         lines.append(f"tokens: {summary.tokens}  cost: ${summary.cost_usd:.4f}")
+    lines.extend(format_tally(summary.by_mutator))
     if table:
         rows = [("scenario", "regime", "chosen", "speedup [95% CI]")]
         rows += [(e.scenario, e.regime, e.program, _ci(e)) for e in table]

@@ -11,7 +11,8 @@ database or random generator crosses the network.
 
 `run_job` runs the candidate the way `evokernel eval` does: through `evokernel.evaluate`
 (static check, a fresh killable, sandboxed worker process, correctness, timing) for a kernel
-task, through `run_isolated` for a generic evaluator. Both backends call it, so local and
+task, through `generic_eval` (the user's evaluator and its stages, each call in
+`run_isolated`) for a generic one. Both backends call it, so local and
 remote evaluations of one program are the same evaluation. It raises `JobError` only when
 this worker cannot run jobs at all (another evokernel version than the driver's, a generic
 evaluator missing or different on this node): retrying elsewhere will not help.
@@ -51,12 +52,17 @@ class EvalJob:
     promote_above: float | None = None  # kernel: cascade threshold; None: evaluate in full
     evaluator: str = ""  # generic: absolute path of the file defining evaluate(path)
     evaluator_sha256: str = ""
+    functions: tuple[str, ...] = ()  # generic: evaluate, evaluate_stage1..3 the file defines
+    cascade: bool = True  # generic: run the stage functions as a cascade
+    thresholds: tuple[float, ...] = ()  # generic: the cascade's thresholds
+    features: tuple[str, ...] = ()  # generic: metrics that are MAP-Elites features
     version: str = field(default=__version__)  # the driver's evokernel version
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise JobError(f"unknown job kind {self.kind!r}")
-        object.__setattr__(self, "screen_scenarios", tuple(self.screen_scenarios))
+        for name in ("screen_scenarios", "functions", "thresholds", "features"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -73,9 +79,7 @@ def run_job(job: EvalJob, gpu: int = 0) -> EvalResult:
     if job.version != __version__:
         raise JobError(f"this worker runs evokernel {__version__}, the driver {job.version}")
     if job.kind == "generic":
-        from evokernel.evolve.generic import evaluate_program
-
-        return evaluate_program(job)
+        return _generic(job)
     from evokernel import device as devices
     from evokernel.evaluate import EvalOptions, evaluate
     from evokernel.evolve.cascade import with_cascade
@@ -90,3 +94,27 @@ def run_job(job: EvalJob, gpu: int = 0) -> EvalResult:
     )
     options = with_cascade(options, job.screen_scenarios, job.promote_above)
     return evaluate(job.name, job.code, device=job.device, options=options, gpu=gpu)
+
+
+def _generic(job: EvalJob) -> EvalResult:
+    import hashlib
+    from pathlib import Path
+
+    from evokernel.evolve.generic_eval import GenericEval, evaluate_generic
+
+    evaluator = Path(job.evaluator)
+    if not evaluator.is_file():
+        raise JobError(f"the evaluator {evaluator} does not exist on this worker")
+    if hashlib.sha256(evaluator.read_bytes()).hexdigest() != job.evaluator_sha256:
+        raise JobError(f"the evaluator {evaluator} on this worker differs from the run's")
+    spec = GenericEval(
+        name=job.name,
+        evaluator=job.evaluator,
+        functions=job.functions or ("evaluate",),
+        timeout_s=job.timeout_s,
+        memory_mb=job.memory_mb,
+        cascade=job.cascade,
+        thresholds=job.thresholds,
+        features=job.features,
+    )
+    return evaluate_generic(spec, job.code)

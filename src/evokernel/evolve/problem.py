@@ -4,7 +4,7 @@ The controller sees only the `Problem` protocol: a seed program, how one evaluat
 program is described (`job`, a self-contained `EvalJob` that a remote worker can run) and run
 here (`evaluate`, always in an isolated process, through `evokernel.evaluate`), and how an
 `EvalResult` turns into a fitness and per-regime speedups. `KernelProblem` wraps a kernel
-task; `GenericProblem` (generic.py) wraps a user's `evaluate(path) -> dict`.
+task; `GenericProblem` (generic.py, above this module) wraps a user's evaluator.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ class Problem(Protocol):
     def regime_speedups(self, result: EvalResult) -> dict[str, float]: ...
 
     def hardware(self, result: EvalResult | None) -> dict[str, Any]: ...
+
+    def features(self, result: EvalResult) -> dict[str, float]:
+        """The evaluator's metrics usable as MAP-Elites features (`metric:<name>`)."""
+        ...
+
+    def label_for(self, seed: EvalResult) -> str:
+        """The fitness label, once the seed's result says what the fitness is made of."""
+        ...
 
     def spec(self) -> dict[str, Any]:
         """JSON description that `problem_from_spec` turns back into this problem."""
@@ -130,6 +138,12 @@ class KernelProblem:
     def spec(self) -> dict[str, Any]:
         return {"kind": "kernel", "task": self.name}
 
+    def features(self, result: EvalResult) -> dict[str, float]:
+        return {}
+
+    def label_for(self, seed: EvalResult) -> str:
+        return self.fitness_label
+
 
 def read_user_file(label: str, path: Path) -> str:
     """The text of a user file, or a one-line ConfigError saying why it cannot be used."""
@@ -148,22 +162,14 @@ def read_user_file(label: str, path: Path) -> str:
     return text
 
 
-def read_program(path: Path, label: str = "--program") -> str:
-    """A program file with one well-formed EVOLVE-BLOCK (knob declarations included)."""
+def read_program(path: Path, label: str = "--program", single: bool = True) -> str:
+    """A program file with well-formed EVOLVE-BLOCK markers (knob declarations included):
+    exactly one block for a kernel task (`single`), else any number (none: the whole file)."""
     code = read_user_file(label, path)
     try:
-        blocks.parse_knobs(code)  # also finds the block
+        if single:
+            blocks.find_block(code)
+        blocks.parse_knobs(code)  # also checks every region
     except blocks.BlockError as err:
         raise ConfigError(f"{label} {path}: {err}") from None
     return code
-
-
-def problem_from_spec(
-    spec: dict[str, Any], device: str, cfg: SearchConfig, seed_code: str
-) -> Problem:
-    """Rebuild the problem a run was started with (for --resume), with its original seed."""
-    if spec["kind"] == "kernel":
-        return KernelProblem(spec["task"], device, cfg, seed_code)
-    from evokernel.evolve.generic import GenericProblem
-
-    return GenericProblem.from_spec(spec, device, cfg, seed_code)

@@ -22,19 +22,19 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TextIO
 
 from evokernel.errors import ConfigError, EvokernelError
 from evokernel.evolve.backends import Backend, open_backend
-from evokernel.evolve.config import MAX_ITERATIONS, SearchConfig, config_from_dict, load_config
-from evokernel.evolve.controller import FINISHING, Controller, SeedFailed
+from evokernel.evolve.config import MAX_ITERATIONS, SearchConfig, config_from_dict, read_config
+from evokernel.evolve.controller import FINISHING, NO_CHILD, Controller, SeedFailed
 from evokernel.evolve.database import SCHEMA_VERSION, Database
 from evokernel.evolve.dispatch import DispatchEntry, format_table, write_outputs
 from evokernel.evolve.map_elites import FeatureSpace, resolve_features
 from evokernel.evolve.mutators.registry import MutatorSet
-from evokernel.evolve.problem import KernelProblem, Problem, problem_from_spec, read_program
+from evokernel.evolve.problem import KernelProblem, Problem, read_program
 from evokernel.evolve.progress import Progress
 from evokernel.evolve.rundir import RunDir, atomic_write
 from evokernel.evolve.sections import INT_LIMIT
@@ -55,6 +55,10 @@ class Request:
     seed: int | None = None
     backend: str | None = None  # local | ray: overrides backend.kind
     ray_address: str | None = None  # overrides backend.address
+    strict: bool = False  # ignored OpenEvolve keys and an unusable LLM endpoint are errors
+    offline: bool = False  # the built-in mutators only: LLM weights and models dropped
+    # Filled by open_session: one line per thing the user should know (printed by the CLI).
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +66,8 @@ class Outcome:
     stop_reason: str
     summary: RunSummary
     table: list[DispatchEntry]
+    problem: str = ""  # one line when the run could do nothing useful (no child proposed)
+    notes: list[str] = field(default_factory=list)  # warnings, e.g. LLM proposals that failed
 
     def text(self) -> str:
         return format_table(self.summary, self.table)
@@ -144,8 +150,26 @@ class Session:
             progress.close()
         if controller.budget_message:
             print(f"stopped: {controller.budget_message}", file=stream)
-        self._record(stop, started, finished=stop in FINISHING)
-        return self._outputs(stop)
+        problem = ""
+        if stop != "interrupted" and not self._proposed_any():
+            stop = NO_CHILD
+            rows = [p for p in self.db.programs if p.iteration >= 0 and not p.migrant]
+            reasons: dict[str, int] = {}
+            for row in rows:
+                why = row.reasons[0] if row.reasons else "no program proposed"
+                reasons[why] = reasons.get(why, 0) + 1
+            problem = no_child_line(reasons)
+        self._record(stop, started, finished=stop in FINISHING, error=problem)
+        outcome = self._outputs(stop)
+        outcome.problem = problem
+        if not problem:
+            outcome.notes = llm_failures(self.db.programs)
+        return outcome
+
+    def _proposed_any(self) -> bool:
+        """Whether any iteration of the run got a child program (or none was run yet)."""
+        rows = [p for p in self.db.programs if p.iteration >= 0 and not p.migrant]
+        return not rows or any(p.code for p in rows)
 
     def build_mutators(self) -> MutatorSet:
         """The configured mutators, with the LLM tally restored from the last checkpoint."""
@@ -183,6 +207,28 @@ class Session:
         finally:
             self.db.close()
             self._lock.close()
+
+
+def llm_failures(rows: list[Any]) -> list[str]:
+    """One line when LLM proposals failed (an endpoint down for part of the run), with the
+    most frequent reason: the database keeps every one, but the user should hear of it."""
+    llm = [p for p in rows if p.kind.startswith("llm:") and not p.migrant and p.iteration >= 0]
+    failed = [p for p in llm if p.status == "rejected" and not p.code]
+    if not failed:
+        return []
+    reasons: dict[str, int] = {}
+    for p in failed:
+        why = p.reasons[0] if p.reasons else "no answer"
+        reasons[why] = reasons.get(why, 0) + 1
+    top = max(reasons.items(), key=lambda kv: kv[1])[0]
+    return [f"{len(failed)} of {len(llm)} LLM proposals got no program; most often: {top}"[:400]]
+
+
+def no_child_line(reasons: dict[str, int]) -> str:
+    """Why no iteration got a child: the most frequent reasons, one line."""
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])[:2]
+    why = "; ".join(f"{why} ({n}x)" for why, n in top) or "every proposal failed"
+    return f"no child program could be proposed: {why}"[:600]
 
 
 # --- flags -----------------------------------------------------------------------------------
@@ -223,6 +269,45 @@ def _problem(req: Request, device: str, cfg: SearchConfig) -> Problem:
     raise ConfigError("evolve needs --task TASK, or --program P.py with --evaluator E.py")
 
 
+def problem_from_spec(
+    spec: dict[str, Any], device: str, cfg: SearchConfig, seed_code: str
+) -> Problem:
+    """Rebuild the problem a run was started with (for --resume), with its original seed."""
+    if spec["kind"] == "kernel":
+        return KernelProblem(spec["task"], device, cfg, seed_code)
+    from evokernel.evolve.generic import GenericProblem
+
+    return GenericProblem.from_spec(spec, device, cfg, seed_code)
+
+
+def offline_only(cfg: SearchConfig) -> SearchConfig:
+    """`cfg` with the LLM mutators and models dropped (the offline mutator weighs 1 when
+    nothing else is left)."""
+    data = cfg.to_dict()
+    weights = {
+        k: v for k, v in data["mutators"]["weights"].items() if k in ("offline", "crossover")
+    }
+    if not any(w > 0 for w in weights.values()):
+        weights = {"offline": 1.0}
+    data["mutators"]["weights"] = weights
+    data["llm"]["models"] = []
+    return config_from_dict(data)
+
+
+def check_llm(cfg: SearchConfig, strict: bool, warnings: list[str]) -> None:
+    """Probe the LLM endpoints a run will ask (one warning line per problem; an error under
+    `strict`)."""
+    llm_weight = sum(cfg.mutators.weights.get(n, 0) for n in ("llm_diff", "llm_rewrite"))
+    if not cfg.llm.enabled or not (llm_weight or cfg.mutators.weights.get("crossover", 0)):
+        return
+    from evokernel.evolve.llm.probe import probe
+
+    problems = probe(cfg.llm)
+    if problems and strict:
+        raise ConfigError(f"{problems[0]} (--strict)")
+    warnings.extend(problems)
+
+
 def _devices() -> Any:
     from evokernel import device
 
@@ -235,8 +320,13 @@ def _create(req: Request) -> Session:
     devices = _devices()
     device = devices.resolve(req.device)
     devices.prepare(device)
-    cfg = _with_flags(load_config(req.config), req)
+    cfg, notes = read_config(req.config, req.strict)
+    req.warnings.extend(notes)
+    cfg = _with_flags(cfg, req)
+    if req.offline:
+        cfg = offline_only(cfg)
     problem = _problem(req, device, cfg)
+    check_llm(cfg, req.strict, req.warnings)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = req.out or Path("runs") / f"{problem.name.replace(':', '-')}-{stamp}"
     return create_session(out, problem, cfg)
@@ -290,7 +380,7 @@ def _resume(req: Request) -> Session:
     if req.config is not None:
         raise ConfigError("--config cannot change a run: --resume keeps RUN_DIR's configuration")
     _check_iterations(req.iterations)
-    return resume_session(
+    session = resume_session(
         req.out,
         req.iterations,
         req.device,
@@ -301,6 +391,14 @@ def _resume(req: Request) -> Session:
         backend_kind=req.backend,
         ray_address=req.ray_address,
     )
+    try:
+        if req.offline and session.cfg.uses_llm:
+            raise ConfigError("--offline cannot change a run: it was started with LLM mutators")
+        check_llm(session.cfg, req.strict, req.warnings)
+    except BaseException:
+        session.close()
+        raise
+    return session
 
 
 def _same_problem(
@@ -313,7 +411,8 @@ def _same_problem(
         runs = spec.get("task") if kind == "kernel" else f"the generic program {spec.get('name')}"
         raise ConfigError(f"{run} runs {runs}; --task cannot change a run")
     started_from = code_digest(str(db.meta("seed_code", "")))
-    if program is not None and code_digest(read_program(program)) != started_from:
+    single = kind == "kernel"
+    if program is not None and code_digest(read_program(program, single=single)) != started_from:
         raise ConfigError(
             f"{run} started from other code than {program}; --program cannot change a run"
         )

@@ -26,16 +26,19 @@ def read_status(path: Path) -> tuple[str, dict[str, Any]]:
         table = dispatch_table(db)
     finally:
         db.close()
+    resume = f"continue with evokernel evolve --resume --out {run.path}"
     if running:
         state = "running"
     elif summary.finished:
         state = f"finished ({summary.stop_reason})"
     elif summary.stop_reason == "error":
-        state = f"stopped (error: {summary.error}); continue with --resume"
+        state = f"stopped (error: {summary.error}); {resume}"
+    elif summary.stop_reason == "no-child":
+        state = f"stopped: {summary.error or 'no child program could be proposed'}; {resume}"
     elif summary.stop_reason:
-        state = f"stopped ({summary.stop_reason}); continue with --resume"
+        state = f"stopped ({summary.stop_reason}); {resume}"
     else:
-        state = "stopped (killed?); continue with --resume"
+        state = f"stopped (killed?); {resume}"
     lines = [
         f"{run.path}: {state}",
         format_table(summary, table),

@@ -8,6 +8,14 @@ is one of: evaluated, `reused` (it repeated code evaluated before, on another is
 flight, and took that result), `duplicates` (it repeated code its own island already held) or
 `rejected` (no program, or the EVOLVE-BLOCK rule broken). `requeued` counts evaluation attempts
 lost to a worker or node that died under them and submitted again.
+
+`by_mutator` says what each kind of proposal (`offline:const`, `llm:diff`, ...) did, per
+iteration that drew it: `proposed` (iterations), `no_child` (it could not make a program),
+`invalid` (children that did not parse or compile: thrown away by the offline mutator before
+any evaluation, or rejected by the EVOLVE-BLOCK rule or the evaluator's static check),
+`duplicates` (children that repeated a program already tried: skipped by the mutator, or
+reused or duplicate rows), `evaluated`, `improved` (evaluated with a fitness above their
+parent's).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class RunSummary:
     tokens: int
     cost_usd: float
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    by_mutator: dict[str, dict[str, int]] = field(default_factory=dict)
     finished: bool = False
     stop_reason: str = ""
     error: str = ""  # why the last session ended with an error
@@ -95,8 +104,51 @@ def summarize(db: Database, running: bool = False) -> RunSummary:
         tokens=sum(p.tokens for p in rows),
         cost_usd=round(sum(p.cost_usd for p in rows), 6),
         by_model=by_model,
+        by_mutator=mutator_tally(rows, db.meta("discarded", {}) or {}),
         finished=bool(state.get("finished", False)),
         stop_reason=str(state.get("stop_reason", "")),
         error=str(state.get("error", "")),
         running=running,
     )
+
+
+TALLY = ("proposed", "no_child", "invalid", "duplicates", "evaluated", "improved")
+
+
+def mutator_tally(rows: list, discarded: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """What each kind of proposal did (see the module docstring)."""
+    fitness = {p.id: p.fitness for p in rows}
+    out: dict[str, dict[str, int]] = {}
+    for p in rows:
+        if p.iteration < 0 or p.migrant:
+            continue
+        t = out.setdefault(p.kind, dict.fromkeys(TALLY, 0))
+        t["proposed"] += 1
+        if p.status == "rejected":
+            t["no_child" if not p.code else "invalid"] += 1
+        elif p.reused or p.status == "duplicate":
+            t["duplicates"] += 1
+        elif p.evaluated_here:
+            t["evaluated"] += 1
+            if any(r.startswith("static:") for r in p.reasons):
+                t["invalid"] += 1
+            base = fitness.get(p.parent_ids[0]) if p.parent_ids else None
+            if p.fitness is not None and base is not None and p.fitness > base:
+                t["improved"] += 1
+    for kind, counts in discarded.items():
+        t = out.setdefault(kind, dict.fromkeys(TALLY, 0))
+        t["invalid"] += int(counts.get("invalid", 0))
+        t["duplicates"] += int(counts.get("duplicate", 0))
+    return dict(sorted(out.items()))
+
+
+def format_tally(tally: dict[str, dict[str, int]]) -> list[str]:
+    """The tally as table lines (a header first), or [] when nothing was proposed."""
+    if not tally:
+        return []
+    width = max(12, *(len(k) for k in tally))
+    head = f"{'mutator':<{width}}  " + "  ".join(f"{c:>10}" for c in TALLY)
+    lines = [head]
+    for kind, t in tally.items():
+        lines.append(f"{kind:<{width}}  " + "  ".join(f"{t[c]:>10}" for c in TALLY))
+    return lines

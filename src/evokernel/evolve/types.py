@@ -111,6 +111,9 @@ class MutationContext:
     # Programs the run has measured (distinct code, with a fitness), oldest first: what a
     # mutator may learn from beyond the parent and inspirations (the offline knob model).
     history: list[ProgramView] = field(default_factory=list)
+    # Programs whose evaluation failed (distinct code), oldest first: a knob value or an edit
+    # family that only ever failed should lose the mutator's favour.
+    failed: list[ProgramView] = field(default_factory=list)
 
 
 @dataclass
@@ -125,6 +128,10 @@ class Proposal:
     usage: list[Usage] = field(default_factory=list)
     prompt: str = ""  # the prompt text (system + user), when an LLM was asked
     response: str = ""  # the raw answer text, when one came back
+    # Children the mutator made and threw away before this proposal, by why: "invalid" (did
+    # not parse or compile) and "duplicate" (code already tried). They cost no evaluation but
+    # are counted in the run's summary.
+    discarded: dict[str, int] = field(default_factory=dict)
 
 
 class Mutator(Protocol):

@@ -103,6 +103,16 @@ class Node:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def artifacts(self) -> dict[str, str]:
+        """What a generic evaluator reported beside its metrics (OpenEvolve's artifacts)."""
+        if self.result is None:
+            return {}
+        return {
+            k.removeprefix("artifact:"): v[-MAX_LOG_CHARS:]
+            for k, v in self.result.artifacts.items()
+            if k.startswith("artifact:")
+        }
+
     def logs(self) -> str:
         """The tail of what a failed program left behind (traceback, stderr)."""
         if self.result is None or self.status != "failed" or self.reused_from:
@@ -133,6 +143,7 @@ class Node:
                 "scen": self.scenarios(),
                 "phases": self.phases(),
                 "metrics": self.metrics(),
+                "artifacts": self.artifacts(),
                 "wall": self.eval_wall_s if self.evaluated_here else None,
                 "tokens": self.tokens,
                 "cost": self.cost_usd,
@@ -186,6 +197,7 @@ class RunData:
 
 
 META_KEYS = (
+    "discarded",
     "name",
     "device",
     "fitness_label",
@@ -243,7 +255,7 @@ def _nonfinite(p: Program, result: EvalResult | None) -> bool:
 
 
 def load_run(path: Path) -> RunData:
-    run = RunDir.open(Path(path))
+    run = RunDir.open(Path(path), purpose="to report on")
     trouble = ""
     try:
         _, status = read_status(run.path)

@@ -115,9 +115,9 @@ def _tree(data: RunData) -> tuple[str, dict[str, Any]]:
         '<button type="button" id="zoom-reset">1:1</button>'
         '<button type="button" id="goto-best">best program</button>'
         '<input type="text" id="find" placeholder="program id, Enter" aria-label="find program">'
-        f'<span class="note">{len(data.nodes)} programs · time runs left to right (commit '
-        "order), islands are bands; ctrl+wheel zooms; dashed grey: migrant or copy, dashed: "
-        "second parent</span></div>"
+        f'<span class="note">{_row_counts(data)} · left to right: commit order (iteration '
+        "order, migrants at their boundary), islands are bands; ctrl+wheel zooms; dashed "
+        "grey: migrant or copy, dashed: second parent</span></div>"
     )
     inner = (
         f"{tools}{legend(dict(counts))}"
@@ -134,15 +134,33 @@ def _tree(data: RunData) -> tuple[str, dict[str, Any]]:
     return section("tree", "Evolution tree", inner), payload
 
 
+def _row_counts(data: RunData) -> str:
+    """The tree's rows, said so that they add up to the header's counts."""
+    evaluated = sum(1 for n in data.nodes if n.evaluated_here)
+    copies = sum(1 for n in data.nodes if n.migrant or (n.iteration < 0 and n.reused_from))
+    other = len(data.nodes) - evaluated - copies
+    text = f"{len(data.nodes)} rows: {evaluated} evaluated, {copies} seed copies and migrants"
+    return text + (f", {other} reused, duplicate or rejected" if other else "")
+
+
+def axis_label(label: str, limit: int = 40) -> str:
+    """A fitness label short enough for an axis, cut at a word (the full one is in a note)."""
+    if len(label) <= limit:
+        return label
+    cut = label[:limit].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + " …"
+
+
 def _progress(data: RunData) -> str:
     p = st.progress(data)
-    label = data.meta.get("fitness_label") or "fitness"
+    full = data.meta.get("fitness_label") or "fitness"
+    label = axis_label(full)
     resume_marks = [Mark(x, "resumed", "x", "#bf8700") for x in p.resumes_at_eval]
     a = line_chart(
         [Series("best so far", p.evals, color(0), step=True, markers=False)],
         title="Best fitness against evaluations",
-        x_label="programs evaluated",
-        y_label=label[:48],
+        x_label="evaluations (commit order)",
+        y_label=label,
         marks=resume_marks,
         scatter=p.scatter,
         scatter_label="each correct program's fitness",
@@ -152,11 +170,11 @@ def _progress(data: RunData) -> str:
         [Series("best so far", p.active, color(1), step=True, markers=False)],
         title="Best fitness against active time",
         x_label="active seconds (pauses between sessions left out)",
-        y_label=label[:48],
+        y_label=label,
         marks=[Mark(x, "resumed", "x", "#bf8700") for x in p.resumes_at_time],
         empty="no correct program: nothing to plot",
     )
-    note = '<p class="note">Grey dots: every correct program\'s fitness.</p>'
+    note = f'<p class="note">Fitness: {esc(full)}. Grey dots: every correct program\'s fitness.</p>'
     return section("progress", "Progress", f'<div class="charts">{a}{b}</div>{note}')
 
 
@@ -284,38 +302,19 @@ def _failures(data: RunData) -> str:
 
 def _mutators(data: RunData) -> str:
     rows = st.mutators(data)
+    columns = ["proposals", "no_child", "invalid", "duplicates", "evaluated", "correct",
+               "improved", "failed"]  # fmt: skip
     inner = (
         table(
-            [
-                "mutation",
-                "proposals",
-                "evaluated",
-                "correct",
-                "improved",
-                "failed",
-                "rejected",
-                "duplicates",
-            ],
-            [
-                [
-                    esc(r.kind),
-                    *(
-                        fmt(v)
-                        for v in (
-                            r.proposals,
-                            r.evaluated,
-                            r.correct,
-                            r.improved,
-                            r.failed,
-                            r.rejected,
-                            r.duplicates,
-                        )
-                    ),
-                ]
-                for r in rows
-            ],
-            {1, 2, 3, 4, 5, 6, 7},
+            ["mutation", *(c.replace("_", " ") for c in columns)],
+            [[esc(r.kind), *(fmt(getattr(r, c)) for c in columns)] for r in rows],
+            set(range(1, len(columns) + 1)),
         )
+        + '<p class="note">Per kind of proposal: iterations that drew it; no child (it could '
+        "not make a program); invalid (children that did not parse or compile, or broke the "
+        "EVOLVE-BLOCK rule: the offline mutator throws its own away before any evaluation); "
+        "duplicates (children repeating a program already tried); evaluated; correct; "
+        "improved (a fitness above the parent's); failed.</p>"
         if rows
         else '<p class="none">No iteration ran.</p>'
     )
@@ -408,14 +407,7 @@ def _environment(data: RunData) -> str:
         ]
         inner += "<h3>Devices the evaluations reported</h3>" + table(
             [*keys, "evaluations"],
-            [
-                [
-                    esc(d.get(k, "")) if not isinstance(d.get(k), float) else fmt(d.get(k))
-                    for k in keys
-                ]
-                + [fmt(c)]
-                for d, c in devices
-            ],
+            [[_hardware_cell(d.get(k)) for k in keys] + [fmt(c)] for d, c in devices],
         )
     else:
         inner += '<p class="note">The evaluations reported no device (generic evaluator).</p>'
@@ -466,3 +458,10 @@ def render_run(data: RunData) -> str:
         data=payload,
         extra_css=island_css(max(1, int(data.meta.get("islands") or 1))),
     )
+
+
+def _hardware_cell(value: object) -> str:
+    """A hardware figure; 0 or nothing means unknown (a CPU run measures no bandwidth)."""
+    if value in (None, "", 0, 0.0) or value == {}:
+        return "—"
+    return fmt(value) if isinstance(value, float) else esc(value)

@@ -154,28 +154,39 @@ def failures(data: RunData) -> list[FailureCount]:
 @dataclass
 class MutatorRow:
     kind: str
-    proposals: int
-    evaluated: int
-    correct: int
-    improved: int
-    failed: int
-    rejected: int
-    duplicates: int
+    proposals: int = 0
+    no_child: int = 0  # the mutator could not make a program
+    invalid: int = 0  # children that did not parse or compile, or broke the block rule
+    duplicates: int = 0  # children repeating a program already tried (skipped or reused)
+    evaluated: int = 0
+    correct: int = 0
+    improved: int = 0
+    failed: int = 0
 
 
 def mutators(data: RunData) -> list[MutatorRow]:
+    """What each kind of proposal did; children the offline mutator threw away before any
+    evaluation (the run's `discarded` tally) count as invalid or duplicates."""
     rows: dict[str, MutatorRow] = {}
     for n in data.nodes:
         if n.iteration < 0 or n.migrant:
             continue
-        r = rows.setdefault(n.kind, MutatorRow(n.kind, 0, 0, 0, 0, 0, 0, 0))
+        r = rows.setdefault(n.kind, MutatorRow(n.kind))
         r.proposals += 1
+        if n.status == "rejected":
+            r.no_child += not n.code
+            r.invalid += bool(n.code)
+        elif n.status == "duplicate" or n.reused_from:
+            r.duplicates += 1
         r.evaluated += n.evaluated_here
-        r.correct += n.status == "ok"
+        r.invalid += n.evaluated_here and any(x.startswith("static:") for x in n.reasons)
+        r.correct += n.status == "ok" and n.evaluated_here
         r.improved += n.outcome == "improved"
-        r.failed += n.status == "failed"
-        r.rejected += n.status == "rejected"
-        r.duplicates += n.status == "duplicate"
+        r.failed += n.status == "failed" and n.evaluated_here
+    for kind, counts in (data.meta.get("discarded") or {}).items():
+        r = rows.setdefault(kind, MutatorRow(kind))
+        r.invalid += int(counts.get("invalid", 0))
+        r.duplicates += int(counts.get("duplicate", 0))
     return sorted(rows.values(), key=lambda r: -r.proposals)
 
 

@@ -1,13 +1,17 @@
 """EVOLVE-BLOCK regions and declared tuning knobs in a candidate's source.
 
-A candidate holds exactly one evolvable region::
+A kernel candidate holds exactly one evolvable region (`find_block`)::
 
     # EVOLVE-BLOCK-START
     BLOCK_N = 64  # tune: 16, 32, 64, 128
     ...
     # EVOLVE-BLOCK-END
 
-Everything outside the region is fixed: an edit that changes it is rejected with a reason that
+A generic (OpenEvolve-style) program may hold several regions, each evolvable, or none: then
+the whole file is one region (`find_regions`; the region's `start` is -1 and its `end` the
+number of lines). `check_edit`, `parse_knobs` and the knob helpers work on every region.
+
+Everything outside the regions is fixed: an edit that changes it is rejected with a reason that
 goes into the next prompt. A knob is a module-level assignment inside the region whose trailing
 `# tune:` comment lists the legal values as comma-separated Python literals; the offline mutator
 and the exhaustive search move knobs only among those values.
@@ -15,6 +19,8 @@ and the exhaustive search move knobs only among those values.
 Contracts:
   * A marker is a line that equals `# EVOLVE-BLOCK-START` / `# EVOLVE-BLOCK-END` once leading
     and trailing whitespace is stripped (indented markers and CRLF line ends are fine).
+  * Markers alternate START, END, START, END; a missing, extra, nested or misspelled one is a
+    `BlockError` naming the lines.
   * `check_edit` ignores line-end style, trailing whitespace and trailing blank lines at the end
     of the file; any other difference outside the region is an edit outside the block.
   * `replace_block` keeps the source's line-end style and indents a flush-left body to an
@@ -46,6 +52,8 @@ _KNOB = re.compile(
 )
 _TUNE_COMMENT = re.compile(r"#\s*tune:")
 _NEAR_MARKER = re.compile(r"EVOLVE[-_ ]?BLOCK", re.IGNORECASE)
+# A comment that starts like a marker (a mention elsewhere in a line or a string is not one).
+_MARKER_COMMENT = re.compile(r"#+\s*EVOLVE[-_ ]?BLOCK", re.IGNORECASE)
 
 
 class BlockError(ValueError):
@@ -81,6 +89,7 @@ def newline_of(source: str) -> str:
 
 
 def find_block(source: str) -> Block:
+    """The one region of a kernel candidate; anything but exactly one is a `BlockError`."""
     lines = source.splitlines()
     starts = [i for i, line in enumerate(lines) if line.strip() == START]
     ends = [i for i, line in enumerate(lines) if line.strip() == END]
@@ -90,15 +99,7 @@ def find_block(source: str) -> Block:
             f"found {len(starts)} (lines {_numbers(starts)}) and {len(ends)} "
             f"(lines {_numbers(ends)})"
         )
-        near = [
-            i
-            for i, line in enumerate(lines)
-            if _NEAR_MARKER.search(line) and i not in starts and i not in ends
-        ]
-        if near:
-            detail += f"; line {near[0] + 1} looks like a marker but is not exact: "
-            detail += repr(lines[near[0]].strip()[:60])
-        raise BlockError(detail)
+        raise BlockError(detail + _near_marker(lines, starts + ends))
     if starts[0] >= ends[0]:
         raise BlockError(
             f"'{END}' (line {ends[0] + 1}) comes before '{START}' (line {starts[0] + 1})"
@@ -107,46 +108,118 @@ def find_block(source: str) -> Block:
     return Block(starts[0], ends[0], marker[: len(marker) - len(marker.lstrip())])
 
 
+def find_regions(source: str) -> list[Block]:
+    """Every region in order: the EVOLVE-BLOCKs, or the whole file when there is no marker."""
+    lines = source.splitlines()
+    marks = [(i, line.strip()) for i, line in enumerate(lines) if line.strip() in (START, END)]
+    if not marks:
+        near = _near_marker(lines, [])
+        if near:
+            raise BlockError("no EVOLVE-BLOCK marker" + near)
+        return [Block(-1, len(lines))]
+    regions: list[Block] = []
+    for n, (i, kind) in enumerate(marks):
+        want = START if n % 2 == 0 else END
+        if kind != want:
+            prev = f" after the {'START' if want == END else 'END'} on line {marks[n - 1][0] + 1}"
+            raise BlockError(
+                f"line {i + 1}: '{kind}' where '{want}' was expected"
+                f"{prev if n else ''} (markers must alternate START, END)"
+            )
+        if kind == END:
+            start = marks[n - 1][0]
+            marker = lines[start]
+            regions.append(Block(start, i, marker[: len(marker) - len(marker.lstrip())]))
+    if len(marks) % 2:
+        raise BlockError(f"the '{START}' on line {marks[-1][0] + 1} has no '{END}'")
+    near = _near_marker(lines, [i for i, _ in marks])
+    if near:
+        raise BlockError("malformed marker" + near)
+    return regions
+
+
+def _near_marker(lines: list[str], exact: list[int]) -> str:
+    near = [i for i, line in enumerate(lines) if _NEAR_MARKER.search(line) and i not in exact]
+    near = [i for i in near if _MARKER_COMMENT.match(lines[i].strip())]
+    if not near:
+        return ""
+    return f"; line {near[0] + 1} looks like a marker but is not exact: " + repr(
+        lines[near[0]].strip()[:60]
+    )
+
+
 def _numbers(idx: list[int]) -> str:
     return ", ".join(str(i + 1) for i in idx) or "-"
 
 
 def outside(source: str) -> tuple[list[str], list[str]]:
-    """The fixed lines before and after the region (markers included)."""
+    """The fixed lines before and after the one region (markers included)."""
     block = find_block(source)
     lines = source.splitlines()
     return lines[: block.start + 1], lines[block.end :]
 
 
+def fixed_parts(source: str) -> list[list[str]]:
+    """The fixed lines around and between the regions, markers included: one list more than
+    there are regions (both empty for a whole-file program)."""
+    lines = source.splitlines()
+    parts, at = [], 0
+    for block in find_regions(source):
+        parts.append(lines[at : block.start + 1])
+        at = max(block.end, 0) if block.start >= 0 else len(lines)
+    parts.append(lines[at:])
+    return parts
+
+
 def check_edit(parent: str, child: str) -> str | None:
-    """None when `child` changes only the parent's EVOLVE-BLOCK; else a one-line reason."""
+    """None when `child` changes only the parent's regions; else a one-line reason."""
     try:
-        before_p, after_p = outside(parent)
+        old_parts = fixed_parts(parent)
     except BlockError as err:
         return f"parent has malformed EVOLVE-BLOCK markers: {err}"
     try:
-        before_c, after_c = outside(child)
+        new_parts = fixed_parts(child)
     except BlockError as err:
         return f"malformed EVOLVE-BLOCK markers: {err}"
-    offset_after = len(child.splitlines()) - len(after_c)
-    for label, old, new, offset in (
-        ("before", before_p, before_c, 0),
-        ("after", after_p, after_c, offset_after),
+    if len(old_parts) != len(new_parts) or (
+        len(old_parts) == 2 and bool(old_parts[0]) != bool(new_parts[0])
     ):
+        had, has = _region_count(old_parts), _region_count(new_parts)
+        return f"the parent has {had} EVOLVE-BLOCK(s), the child {has}: markers may not change"
+    child_lines = child.splitlines()
+    offsets = _offsets(child_lines, new_parts)
+    count = len(old_parts) - 1
+    for n, (old, new) in enumerate(zip(old_parts, new_parts)):
         old_n, new_n = _normalized(old), _normalized(new)
         if old_n == new_n:
             continue
+        label = "before it" if n == 0 else "after it" if n == count else f"between blocks {n}"
+        if count > 1 and n in (0, count):
+            label = "before the first" if n == 0 else "after the last"
         first = next(
             (i for i, (a, b) in enumerate(zip(old_n, new_n)) if a != b),
             min(len(old_n), len(new_n)),
         )
         if first < len(new_n):
-            where = f"line {offset + first + 1}: {new_n[first].strip()[:80]!r}"
+            where = f"line {offsets[n] + first + 1}: {new_n[first].strip()[:80]!r}"
         else:
             missing = next((s.strip()[:80] for s in old_n[first:] if s.strip()), "")
             where = f"end of file (fixed line {missing!r} is missing)"
-        return f"edit outside the EVOLVE-BLOCK ({label} it), at {where}"
+        return f"edit outside the EVOLVE-BLOCK ({label}), at {where}"
     return None
+
+
+def _region_count(parts: list[list[str]]) -> str:
+    return "no" if len(parts) == 2 and not parts[0] else str(len(parts) - 1)
+
+
+def _offsets(lines: list[str], parts: list[list[str]]) -> list[int]:
+    """The line index where each fixed part starts in `lines`."""
+    regions = find_regions("\n".join(lines))
+    starts = [0]
+    for block in regions:
+        starts.append(max(block.end, 0) if block.start >= 0 else len(lines))
+    return starts[: len(parts)]
 
 
 def _normalized(lines: list[str]) -> list[str]:
@@ -157,8 +230,16 @@ def _normalized(lines: list[str]) -> list[str]:
 
 
 def replace_block(source: str, new_body: str) -> str:
-    """`source` with the region's body replaced by `new_body` (markers kept)."""
-    block = find_block(source)
+    """`source` with the one region's body replaced by `new_body` (markers kept)."""
+    return _replace(source, find_block(source), new_body)
+
+
+def replace_region(source: str, index: int, new_body: str) -> str:
+    """`source` with region `index` (of `find_regions`) replaced by `new_body`."""
+    return _replace(source, find_regions(source)[index], new_body)
+
+
+def _replace(source: str, block: Block, new_body: str) -> str:
     lines = source.splitlines()
     text = new_body.replace("\r\n", "\n")
     body = (text[:-1] if text.endswith("\n") else text).split("\n") if text else []
@@ -166,6 +247,11 @@ def replace_block(source: str, new_body: str) -> str:
         body = [block.indent + ln if ln.strip() else ln for ln in body]
     nl = newline_of(source)
     return nl.join([*lines[: block.start + 1], *body, *lines[block.end :]]) + nl
+
+
+def region_lines(source: str) -> list[tuple[int, int]]:
+    """Each region's body as a 0-based half-open line range `[first, last)`."""
+    return [(b.start + 1, b.end) for b in find_regions(source)]
 
 
 def _knob_line(line: str) -> re.Match[str] | None:
@@ -187,11 +273,12 @@ def knob_value_span(line: str) -> tuple[int, int] | None:
 
 
 def parse_knobs(source: str) -> list[Knob]:
-    """Declared knobs inside the region, in source order. Malformed declarations raise
+    """Declared knobs inside the regions, in source order. Malformed declarations raise
     `BlockError` naming the line, so a seed with a typo fails loudly."""
-    block = find_block(source)
     knobs: list[Knob] = []
-    for i, line in enumerate(source.splitlines()[block.start + 1 : block.end], block.start + 1):
+    lines = source.splitlines()
+    for i in (i for lo, hi in region_lines(source) for i in range(lo, hi)):
+        line = lines[i]
         m = _knob_line(line)
         if not m:
             if _TUNE_COMMENT.search(line) and line.split("#", 1)[0].strip():

@@ -138,7 +138,25 @@ def test_crlf_source_keeps_its_line_ends():
     )
 
 
-@pytest.mark.parametrize("bad", ["x = 1\n", "# EVOLVE-BLOCK-START\nx\n"])
-def test_malformed_parent(bad):
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("# EVOLVE-BLOCK-START\nx\n", "has no '# EVOLVE-BLOCK-END'"),
+        ("# EVOLVE-BLOCK-END\nx\n", "markers must alternate"),
+    ],
+)
+def test_malformed_parent(bad, needle):
     out = apply_edits(bad, [Edit("x", "y")])
-    assert out.code is None and "expected exactly one" in out.error
+    assert out.code is None and needle in out.error
+
+
+def test_a_program_without_markers_is_edited_anywhere():
+    assert apply_edits("x = 1\ny = 2\n", [Edit("y = 2", "y = 3")]).code == "x = 1\ny = 3\n"
+
+
+def test_edits_reach_every_block_of_a_program_with_several():
+    src = "# EVOLVE-BLOCK-START\na = 1\n# EVOLVE-BLOCK-END\nfixed = 0\n"
+    src += "# EVOLVE-BLOCK-START\nb = 2\n# EVOLVE-BLOCK-END\n"
+    out = apply_edits(src, [Edit("a = 1", "a = 5"), Edit("b = 2", "b = 6")])
+    assert out.code == src.replace("a = 1", "a = 5").replace("b = 2", "b = 6")
+    assert "fixed code" in apply_edits(src, [Edit("fixed = 0", "fixed = 1")]).error

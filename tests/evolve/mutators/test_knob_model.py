@@ -81,7 +81,7 @@ def ctx_with_history(source: str, history: list[dict], seed: int) -> MutationCon
 
 def test_model_children_are_new_declared_settings_and_deterministic(toy_source):
     history = one_knob_variations(toy_source)
-    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0))
+    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0, edit_prob=0.0))
     first = mutator.propose(ctx_with_history(toy_source, history, seed=3))
     again = mutator.propose(ctx_with_history(toy_source, history, seed=3))
     assert first.kind == "offline:model" and first.code == again.code
@@ -90,14 +90,14 @@ def test_model_children_are_new_declared_settings_and_deterministic(toy_source):
 
 
 def test_model_needs_measurements_and_falls_back_to_knob_moves(toy_source):
-    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0))
+    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0, edit_prob=0.0))
     child = mutator.propose(ctx_with_history(toy_source, [knob_values(toy_source)], seed=1))
     assert child.kind == "offline:knob" and child.code is not None
 
 
 def test_model_never_proposes_a_measured_setting(toy_source):
     space = knob_space(toy_source)
-    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0))
+    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0, edit_prob=0.0))
     for seed in range(12):
         history = random.Random(seed).sample(space, 20)
         child = mutator.propose(ctx_with_history(toy_source, history, seed))
@@ -110,5 +110,5 @@ def test_model_abstains_when_fitness_does_not_vary(toy_source):
     history = one_knob_variations(toy_source)
     context = ctx_with_history(toy_source, history, seed=2)
     context.history = [replace(p, fitness=1.0) for p in context.history]
-    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0))
+    mutator = OfflineMutator(OfflineConfig(model_prob=1.0, transform_prob=0.0, edit_prob=0.0))
     assert mutator.propose(context).kind == "offline:knob"

@@ -36,7 +36,7 @@ def ctx(code: str, seed: int, seen=None, inspirations=None) -> MutationContext:
 
 
 def proposals(code: str, n: int, seed: int = 0, **cfg) -> list:
-    mut = OfflineMutator(OfflineConfig(**cfg))
+    mut = OfflineMutator(OfflineConfig(**{"edit_prob": 0.0, **cfg}))
     return [mut.propose(ctx(code, seed * 100_000 + i)) for i in range(n)]
 
 
@@ -94,7 +94,9 @@ def test_skips_what_was_seen_and_finds_the_last_unseen_setting(toy_source):
     space = knob_space(toy_source)
     last = space[-1]
     seen = {code_digest(set_knobs(toy_source, s)) for s in space if s != last}
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0)).propose(ctx(toy_source, 0, seen=seen))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=seen)
+    )
     assert p.kind == "offline:knob" and knob_values(p.code) == last
     called = []
 
@@ -102,13 +104,17 @@ def test_skips_what_was_seen_and_finds_the_last_unseen_setting(toy_source):
         called.append(code)
         return knob_values(code) != last
 
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0)).propose(ctx(toy_source, 0, seen=tried))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=tried)
+    )
     assert knob_values(p.code) == last and called
 
 
 def test_everything_seen_falls_back_to_transforms_then_fails(toy_source):
     seen = {code_digest(set_knobs(toy_source, s)) for s in knob_space(toy_source)}
-    p = OfflineMutator(OfflineConfig(transform_prob=0.0)).propose(ctx(toy_source, 0, seen=seen))
+    p = OfflineMutator(OfflineConfig(transform_prob=0.0, edit_prob=0.0)).propose(
+        ctx(toy_source, 0, seen=seen)
+    )
     assert p.kind == "offline:transform"
     all_seen = lambda code: True
     p = OfflineMutator().propose(ctx(toy_source, 0, seen=all_seen))
@@ -116,13 +122,19 @@ def test_everything_seen_falls_back_to_transforms_then_fails(toy_source):
     assert "already tried" in p.error and "\n" not in p.error
 
 
-def test_no_knobs_and_no_transforms():
-    src = "# EVOLVE-BLOCK-START\nX = 1\n# EVOLVE-BLOCK-END\n"
+def test_nothing_to_move_says_why_for_every_kind():
+    src = "# EVOLVE-BLOCK-START\nimport os\n# EVOLVE-BLOCK-END\n"
     p = OfflineMutator().propose(ctx(src, 0))
-    assert p.code is None
+    assert p.code is None and "\n" not in p.error
     assert "no declared knob" in p.error and "no known transformation applies" in p.error
-    bad = OfflineMutator().propose(ctx("X = 1\n", 0))
+    assert "no source edit applies" in p.error
+    bad = OfflineMutator().propose(ctx("# EVOLVE-BLOCK-START\nX = 1\n", 0))
     assert bad.code is None and "cannot mutate the parent" in bad.error
+
+
+def test_a_program_without_markers_or_knobs_is_edited():
+    p = OfflineMutator().propose(ctx("X = 1\nY = X + 2\n", 0))
+    assert p.code is not None and p.kind.startswith("offline:") and p.description
 
 
 def test_transforms_can_be_restricted(toy_source):

@@ -237,3 +237,15 @@ def test_template_dir_overrides(toy_source, tmp_path):
     p = PromptBuilder(PromptConfig(template_dir=str(tmp_path))).build(ctx(toy_source), "diff")
     assert p.system == "Be a kernel wizard for $task_name."
     assert p.user.endswith("DIFF PLEASE\n") and "## Task:" in p.user
+
+
+def test_a_generic_evaluators_artifacts_and_system_message_reach_the_prompt():
+    code = "X = 1\n\n\ndef value():\n    return X\n"  # no markers: the whole file evolves
+    art = {"artifact:hint": "X should be larger", "metrics": '{"combined_score": 1.0}'}
+    parent = ProgramView("p1", code, 1.0, True, 0, 1, "seed", result=result(artifacts=art))
+    c = ctx(code, parent=parent, device="cpu")
+    p = PromptBuilder(PromptConfig(system_message="Maximise value().")).build(c, "diff")
+    assert p.system == "Maximise value()."
+    assert "### hint" in p.user and "X should be larger" in p.user
+    quiet = PromptBuilder(PromptConfig(include_artifacts=False)).build(c, "diff")
+    assert "X should be larger" not in quiet.user

@@ -55,6 +55,10 @@ _TAIL = 4000
 
 _LIVE: set[WorkerProcess] = set()  # every worker not yet closed, for interrupts and exit
 _LIVE_LOCK = threading.Lock()
+# Scratch directories of workers still starting (not yet in _LIVE): a daemon thread starting
+# a worker when the interpreter exits never finishes, so exit removes these too.
+_STARTING: set[Path] = set()
+_EXITING = threading.Event()  # set at interpreter exit: no worker starts after it
 
 
 def abort_all(line: str) -> None:
@@ -71,9 +75,13 @@ def _close_all() -> None:
     """At interpreter exit (also after an interrupt): no worker process and no scratch
     directory is left behind."""
     with _LIVE_LOCK:
+        _EXITING.set()
         live = list(_LIVE)
+        starting = list(_STARTING)
     for worker in live:
         worker.close()
+    for path in starting:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _Spawner:
@@ -159,13 +167,19 @@ class WorkerProcess:
         read: tuple[str, ...] = (),
         write: tuple[str, ...] = (),
     ) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="evokernel-eval-"))
+        with _LIVE_LOCK:
+            if _EXITING.is_set():
+                raise WorkerGone(reason("infrastructure", "the evaluator is shutting down"), True)
+            self.dir = Path(tempfile.mkdtemp(prefix="evokernel-eval-"))
+            _STARTING.add(self.dir)
         self.cgroup: Cgroup | None = None
         self._closed = False
         self._close_lock = threading.Lock()
         try:
             self._start(device, memory_mb, disk_mb, env, cuda_visible, threads, cwd, read, write)
         except BaseException:  # an interrupt while starting, too: leave nothing behind
+            with _LIVE_LOCK:
+                _STARTING.discard(self.dir)
             proc = getattr(self, "proc", None)
             if proc is not None:
                 self._stop.set()
@@ -176,7 +190,13 @@ class WorkerProcess:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
         with _LIVE_LOCK:
-            _LIVE.add(self)
+            _STARTING.discard(self.dir)
+            exiting = _EXITING.is_set()
+            if not exiting:
+                _LIVE.add(self)
+        if exiting:  # started while the interpreter exits: nobody would close it
+            self.close()
+            raise WorkerGone(reason("infrastructure", "the evaluator is shutting down"), True)
 
     def _start(
         self,

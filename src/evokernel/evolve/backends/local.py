@@ -9,11 +9,16 @@ two evaluations never share an index at once.
 On `--device cpu` there is no GPU: workers are CPU slots (`evaluator.workers`, 1 by default).
 An exception from the evaluator's own code (never the candidate's: its failures are results)
 is an infrastructure fault, re-queued on the same worker at most `max_retries` times.
+
+`close()` with evaluations still running (an interrupted or failed session) stops them: it
+kills their worker processes and waits, at most `DRAIN_S`, for their threads to return, so each
+evaluation removes its scratch directories itself; nothing new starts after `close()`.
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -24,6 +29,9 @@ from evokernel.evolve.threads import DaemonThreads
 
 if TYPE_CHECKING:
     from evokernel.evolve.problem import Problem
+
+
+DRAIN_S = 10.0  # how long close() waits for interrupted evaluations to clean up
 
 
 class LocalBackend:
@@ -38,6 +46,9 @@ class LocalBackend:
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(self.workers):
             self._free.put(i)
+        self._closing = False
+        self._busy = 0
+        self._idle = threading.Condition()
 
     def describe(self) -> str:
         where = f"{self.gpus} GPU(s)" if self.gpus else "CPU"
@@ -52,6 +63,18 @@ class LocalBackend:
         return self._threads.submit(self._run, problem, code, promote_above)
 
     def _run(self, problem: Problem, code: str, promote_above: float | None) -> Evaluation:
+        with self._idle:
+            if self._closing:
+                raise BackendError("the backend is closed")
+            self._busy += 1
+        try:
+            return self._evaluate(problem, code, promote_above)
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def _evaluate(self, problem: Problem, code: str, promote_above: float | None) -> Evaluation:
         # One thread per worker index, so an index is always free when a thread starts.
         worker = self._free.get()
         try:
@@ -73,4 +96,20 @@ class LocalBackend:
             self._free.put(worker)
 
     def close(self) -> None:
-        """Nothing to release: the threads are daemons and idle ones cost nothing."""
+        """Stop what still runs (see the module docstring); idle daemon threads cost nothing."""
+        with self._idle:
+            self._closing = True
+            if not self._busy:
+                return
+        from evokernel.evaluate.process.launch import abort_all
+        from evokernel.evaluate.result import reason
+
+        deadline = time.monotonic() + DRAIN_S
+        line = reason("infrastructure", "the search stopped during this evaluation")
+        while time.monotonic() < deadline:
+            abort_all(line)  # again each round: a stage may have started a new process
+            with self._idle:
+                if self._busy:
+                    self._idle.wait(timeout=0.2)
+                if not self._busy:
+                    return

@@ -11,6 +11,9 @@
         max_attempts: 64       # random draws before enumerating the unseen settings in order
         model_prob: 0.75       # chance a knob child is the untried setting an additive model of
                                #   the run's measured fitness ranks first (knob_model.py)
+        edit_prob: 0.15        # chance a child is a source edit (edits.py: constants, operators,
+                               #   statements, conditions, loops) when knobs could move; a
+                               #   program without movable knobs is edited every time
         transforms: [exp2, evict_first, evict_last, cache_modifier, contiguity_hints,
                      drop_contiguity_hints]   # the transformations it may apply
       prompt:
@@ -20,6 +23,8 @@
         max_artifact_chars: 3000     # each evaluator artifact (stderr tail, profiler list)
         max_insights: 16             # newest insight lines shown
         template_dir: null           # a directory of .txt templates overriding the built-in ones
+        system_message: null         # a text replacing the system template (OpenEvolve's key)
+        include_artifacts: true      # the parent's evaluator artifacts go into the prompt
 
 Which mutators run, and how often, is the core's `mutators.weights` (offline, llm_diff,
 llm_rewrite, crossover).
@@ -51,10 +56,15 @@ class OfflineConfig:
     max_attempts: int = 64
     transforms: list[str] = field(default_factory=lambda: list(TRANSFORMS))
     model_prob: float = 0.75
+    edit_prob: float = 0.15
 
     def __post_init__(self) -> None:
-        for name in ("transform_prob", "two_knobs_prob", "jump_prob", "model_prob"):
+        for name in ("transform_prob", "two_knobs_prob", "jump_prob", "model_prob", "edit_prob"):
             _prob(name, getattr(self, name))
+        require(
+            self.transform_prob + self.edit_prob <= 1,
+            "transform_prob + edit_prob must be at most 1",
+        )
         require(
             isinstance(self.max_attempts, int) and 1 <= self.max_attempts <= 100_000,
             "max_attempts must be in [1, 100000]",
@@ -75,6 +85,8 @@ class PromptConfig:
     max_artifact_chars: int = 3000
     max_insights: int = 16
     template_dir: str | None = None  # a directory of .txt files overriding built-in templates
+    system_message: str | None = None  # replaces the system template's text (OpenEvolve's key)
+    include_artifacts: bool = True  # show the parent's evaluator artifacts in the prompt
 
     def __post_init__(self) -> None:
         for name in (

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from evokernel.tasks.blocks import END, START, BlockError, check_edit, find_block, newline_of
+from evokernel.tasks.blocks import END, START, BlockError, check_edit, find_regions, newline_of
 
 _OPEN = re.compile(r"^\s*<{5,9}\s*SEARCH\s*$", re.IGNORECASE)
 _MID = re.compile(r"^\s*={5,9}\s*$")
@@ -109,22 +109,36 @@ def apply_edits(source: str, edits: list[Edit]) -> Applied:
     for n, edit in enumerate(edits, 1):
         label = f"edit {n} of {len(edits)}" if len(edits) > 1 else "the edit"
         try:
-            block = find_block(code)
+            regions = find_regions(code)
         except BlockError as bad:
             return Applied(None, f"{label}: {bad}")
         lines = code.split("\n")
-        body = lines[block.start + 1 : block.end]
         search, replace, problem = _strip_markers(edit)
         if problem:
             return Applied(None, f"{label}: {problem}")
         if not search.strip():
             return Applied(None, f"{label}: empty SEARCH text; quote the lines to replace")
-        new_body, level, problem = _apply_one(body, search, replace)
-        if new_body is None:
-            problem = problem or _not_found(search, body, lines, block.start)
+        found, problems = [], []
+        for block in regions:
+            end = block.end if block.start >= 0 else len(lines)
+            body = lines[block.start + 1 : end]
+            new_body, level, problem = _apply_one(body, search, replace)
+            if new_body is not None:
+                found.append((block.start, end, new_body, level))
+            elif problem:
+                problems.append(problem)
+        if len(found) > 1:
+            return Applied(None, f"{label}: SEARCH text matches {len(found)} EVOLVE-BLOCKs; "
+                                 "quote more lines to make it unique")  # fmt: skip
+        if not found:
+            block = regions[0]
+            end = block.end if block.start >= 0 else len(lines)
+            body = lines[block.start + 1 : end]
+            problem = problems[0] if problems else _not_found(search, body, lines, block.start)
             return Applied(None, f"{label}: {problem}")
+        start, end, new_body, level = found[0]
         fuzzy += level > 1
-        code = "\n".join([*lines[: block.start + 1], *new_body, *lines[block.end :]])
+        code = "\n".join([*lines[: start + 1], *new_body, *lines[end:]])
     if code == source.replace("\r\n", "\n"):
         return Applied(None, "the edits change nothing")
     reason = check_edit(source, code)

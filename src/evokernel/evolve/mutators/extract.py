@@ -24,6 +24,7 @@ from evokernel.tasks.blocks import (
     BlockError,
     check_edit,
     find_block,
+    find_regions,
     outside,
     replace_block,
 )
@@ -92,6 +93,12 @@ def extract_rewrite(answer: str, parent: str) -> Rewrite:
             return Rewrite(None, "no code block in the answer")
     marked = [f for f in fences if START in f and END in f]
     code = marked[0] if marked else max(fences, key=len)
+    try:
+        single = len(find_regions(parent)) == 1 and START in parent
+    except BlockError as err:
+        return Rewrite(None, f"parent has malformed EVOLVE-BLOCK markers: {err}")
+    if not single:
+        return _whole_file(code, parent)
     if marked:
         try:
             body = find_block(code).body(code)
@@ -111,6 +118,19 @@ def extract_rewrite(answer: str, parent: str) -> Rewrite:
         return Rewrite(None, "the rewrite changes nothing")
     reason = check_edit(parent, new)
     return Rewrite(None, reason) if reason else Rewrite(new)
+
+
+def _whole_file(code: str, parent: str) -> Rewrite:
+    """A parent with no marker (the whole file evolves) or several EVOLVE-BLOCKs: the answer
+    is the whole new file, its fixed code unchanged."""
+    if not code.strip():
+        return Rewrite(None, "the rewritten program is empty")
+    if _same(code, parent):
+        return Rewrite(None, "the rewrite changes nothing")
+    reason = check_edit(parent, code)
+    if reason:
+        return Rewrite(None, f"{reason} (answer with the whole file, fixed code unchanged)")
+    return Rewrite(code if code.endswith("\n") else code + "\n")
 
 
 def _strip_fixed(code: str, parent: str) -> str:

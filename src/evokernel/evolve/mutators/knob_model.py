@@ -12,6 +12,12 @@ bytes in flight, parallelism); what interacts is left to the neighbourhood moves
 never runs a kernel and never sees the hardware: it only reorders which knob setting is
 evaluated next. The offline mutator consults it only once measured fitness varies (on the CPU
 interpreter every correct program scores 1.0, and the model would only chase its own optimism).
+
+Failures count: a setting whose program failed (did not compile, timed out, was incorrect) is a
+use of each of its values without a measurement. The bonus shrinks with every use, failed or
+not, and a value that only ever failed gets no bonus and a penalty of one optimism scale, so
+the model stops proposing a value that has only failed (it would otherwise look untried
+forever and win every ranking).
 """
 
 from __future__ import annotations
@@ -66,16 +72,27 @@ def rank(
     knobs: Sequence[Knob],
     candidates: Iterable[dict[str, Any]],
     samples: Iterable[tuple[dict[str, Any], float]],
+    failures: Iterable[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """`candidates` (knob settings) best first by prediction plus optimism; stable order for
-    ties, so the caller's (seeded) candidate order breaks them."""
+    ties, so the caller's (seeded) candidate order breaks them. `failures`: the knob settings
+    of programs that failed."""
     mean, effects, counts, scale = fit_effects(knobs, samples)
+    failed = {k.name: dict.fromkeys(k.choices, 0) for k in knobs}
+    for values in failures:
+        for k in knobs:
+            if values.get(k.name) in failed[k.name]:
+                failed[k.name][values[k.name]] += 1
 
     def score(values: dict[str, Any]) -> float:
         s = mean
         for k in knobs:
             v = values[k.name]
-            s += effects[k.name][v] + scale / math.sqrt(1 + counts[k.name][v])
+            good, bad = counts[k.name][v], failed[k.name][v]
+            if bad and not good:
+                s -= scale  # only ever failed: no optimism, and below every measured value
+            else:
+                s += effects[k.name][v] + scale / math.sqrt(1 + good + bad)
         return s
 
     return sorted(candidates, key=score, reverse=True)

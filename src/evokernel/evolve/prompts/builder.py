@@ -35,7 +35,7 @@ from evokernel.evolve.llm.client import prompt_text
 from evokernel.evolve.mutators.config import PromptConfig
 from evokernel.evolve.prompts.stages import stage_breakdown
 from evokernel.evolve.types import MutationContext, ProgramView
-from evokernel.tasks.blocks import BlockError, find_block
+from evokernel.tasks.blocks import BlockError, find_block, find_regions
 
 MODES = ("diff", "rewrite", "crossover")
 _MAX_REASONS = 6
@@ -144,8 +144,10 @@ def hardware(ctx: MutationContext) -> str:
 
 
 def block_of(code: str) -> str:
+    """The evolvable text: the region's body, several regions' bodies one after the other, or
+    the whole file when it has no markers."""
     try:
-        return find_block(code).body(code)
+        return "\n\n".join(region.body(code) for region in find_regions(code))
     except BlockError:
         return code
 
@@ -253,7 +255,8 @@ class PromptBuilder:
             if len(user) <= cfg.max_chars:
                 break
             user = self._user(ctx, mode, other, smaller)
-        return Prompt(self._fill("system"), user)
+        system = self.config.system_message
+        return Prompt(system.strip() if system else self._fill("system"), user)
 
     def _user(
         self, ctx: MutationContext, mode: str, other: ProgramView | None, sizes: _Sizes
@@ -275,7 +278,7 @@ class PromptBuilder:
             ),
         ]
         artifacts = parent.result.artifacts if parent.result else {}
-        if artifacts:
+        if artifacts and self.config.include_artifacts:
             size = sizes.artifact_chars
             text = "\n\n".join(
                 f"### {_title(key)}\n```\n{clip(_shown(key, val), size, _keep(key))}\n```"
@@ -322,7 +325,9 @@ def _shown(key: str, value: str) -> str:
 
 
 def _title(key: str) -> str:
-    return "kernels (per-stage device time of one call, per scenario)" if key == "kernels" else key
+    if key == "kernels":
+        return "kernels (per-stage device time of one call, per scenario)"
+    return key.removeprefix("artifact:")
 
 
 def _keep(key: str) -> str:

@@ -127,6 +127,14 @@
         return [k, typeof v === "number" || v === null ? v : JSON.stringify(v)];
       })));
     }
+    var ak = Object.keys(n.artifacts || {});
+    if (ak.length) {
+      details.appendChild(el("h3", { text: "Evaluator artifacts" }));
+      ak.forEach(function (k) {
+        details.appendChild(el("h4", { text: k }));
+        details.appendChild(el("pre", { text: n.artifacts[k] }));
+      });
+    }
     if (n.logs) { details.appendChild(el("h3", { text: "Output (tail)" })); details.appendChild(el("pre", { text: n.logs })); }
     var head = el("h3", { id: "diff-title" });
     details.appendChild(head);

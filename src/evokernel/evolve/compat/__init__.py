@@ -1,0 +1,1 @@
+"""Stand-ins for other projects' modules that users' evaluators import (see openevolve/)."""
