@@ -28,7 +28,14 @@ from evokernel.engine.loading import load_engine
 from evokernel.ops.registry import OpSet
 from evokernel.ops.tuning import DEFAULT
 
-VARIANTS = {"default": {}, "one-row": {"rows_min": 9}}
+VARIANTS = {
+    "default": {},
+    "one-row": {"rows_min": 9},
+    "rows-w4": {"rows_min": 2, "rows_warps": 4},
+    "rows-32k": {"rows_min": 2, "rows_tile_bytes": 32768},
+    "rows-128k": {"rows_min": 2, "rows_tile_bytes": 131072, "rows_warps": 8},
+    "rows-chunk": {"rows_min": 2, "rows_tile_bytes": 16, "rows_block_k": 512},
+}
 
 
 def main(argv: list[str]) -> int:

@@ -10,12 +10,13 @@ import threading
 import time
 from typing import Any
 
-from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats, reason
+from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.mutators.registry import MutatorSet
 from evokernel.evolve.types import MutationContext, Proposal, Usage
 from evokernel.tasks import blocks
+from evokernel.tasks.reasons import reason
 
 SEED = '''"""A toy candidate."""
 

@@ -18,18 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from evokernel.evaluate.result import (
-    DeviceInfo,
-    EvalResult,
-    ScenarioResult,
-    TimingStats,
-    reason,
-)
+from evokernel.evaluate.result import DeviceInfo, EvalResult, ScenarioResult, TimingStats
 from evokernel.evolve import fitness as fit
 from evokernel.evolve.config import config_from_dict
 from evokernel.evolve.session import create_session
 from evokernel.evolve.types import MutationContext, Proposal
 from evokernel.tasks import blocks
+from evokernel.tasks.reasons import reason
 
 SEED = '''"""A kernel-shaped toy: its knobs set its speed and, through MODE, its fate."""
 

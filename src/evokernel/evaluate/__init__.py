@@ -44,14 +44,14 @@ if TYPE_CHECKING:
     from evokernel.evaluate.options import EvalOptions as EvalOptions
     from evokernel.evaluate.process.policy import Isolation as Isolation
     from evokernel.evaluate.process.policy import isolation_status as isolation_status
-    from evokernel.evaluate.result import REASON_CODES as REASON_CODES
     from evokernel.evaluate.result import CheckRecord as CheckRecord
     from evokernel.evaluate.result import DeviceInfo as DeviceInfo
     from evokernel.evaluate.result import EvalResult as EvalResult
     from evokernel.evaluate.result import ScenarioResult as ScenarioResult
     from evokernel.evaluate.result import TimingStats as TimingStats
-    from evokernel.evaluate.result import reason as reason
-    from evokernel.evaluate.result import reason_code as reason_code
+    from evokernel.tasks.reasons import REASON_CODES as REASON_CODES
+    from evokernel.tasks.reasons import reason as reason
+    from evokernel.tasks.reasons import reason_code as reason_code
 
 _EXPORTS = {
     "default_workers": "api",

@@ -38,11 +38,12 @@ from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios
 from evokernel.evaluate.process.launch import abort_all
 from evokernel.evaluate.process.policy import require_isolation
-from evokernel.evaluate.result import EvalResult, reason
+from evokernel.evaluate.result import EvalResult
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import MAX_SOURCE_BYTES, check_source, source_problems
 from evokernel.tasks import get_task
 from evokernel.tasks.base import Task
+from evokernel.tasks.reasons import reason
 
 Candidate = str | Path
 

@@ -25,9 +25,9 @@ from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import public_scenarios, timing_plan, warm_scenarios
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import Spec, StartFailed, start
-from evokernel.evaluate.result import reason
 from evokernel.evaluate.stats import median
 from evokernel.tasks.base import Task
+from evokernel.tasks.reasons import reason
 
 CALIBRATION_SEED = 7
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from evokernel.evaluate.protocol import CallRecord
-from evokernel.evaluate.result import CheckRecord, reason
+from evokernel.evaluate.result import CheckRecord
 from evokernel.tasks.base import OutputSpec, Tolerance
+from evokernel.tasks.reasons import reason
 
 
 @dataclass(frozen=True)

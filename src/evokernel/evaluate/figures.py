@@ -37,9 +37,10 @@ from typing import Any
 import torch
 
 from evokernel.evaluate.protocol import GpuEvent, Series
-from evokernel.evaluate.result import ScenarioResult, TimingStats, reason
+from evokernel.evaluate.result import ScenarioResult, TimingStats
 from evokernel.evaluate.stats import median, paired_speedup, timing_stats
 from evokernel.tasks.base import Scenario, Task
+from evokernel.tasks.reasons import reason
 
 BEYOND_ROOFLINE_PCT = 105.0
 BASELINE_SLOWDOWN = 1.25

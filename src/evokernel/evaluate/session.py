@@ -40,10 +40,11 @@ from evokernel.evaluate.plan import CheckJob, check_jobs, hidden_seed, warm_scen
 from evokernel.evaluate.process import compile_cache, policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import POOL, Spec, StartFailed
-from evokernel.evaluate.result import DeviceInfo, EvalResult, reason
+from evokernel.evaluate.result import DeviceInfo, EvalResult
 from evokernel.evaluate.stop import Stop
 from evokernel.evaluate.timed import TimingPhase
 from evokernel.tasks.base import Task
+from evokernel.tasks.reasons import reason
 
 MAX_FAILED_JOBS = 4
 MAX_REASONS = 12

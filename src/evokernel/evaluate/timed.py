@@ -32,10 +32,10 @@ from evokernel.evaluate.compare import Case, judge
 from evokernel.evaluate.figures import profile_problems, scenario_result, timer_problems
 from evokernel.evaluate.plan import TimingPlan, public_scenarios, timing_plan
 from evokernel.evaluate.process.launch import WorkerProcess
-from evokernel.evaluate.result import reason
 from evokernel.evaluate.static import triton_kernels
 from evokernel.evaluate.stop import Stop
 from evokernel.tasks.base import Scenario
+from evokernel.tasks.reasons import reason
 from evokernel.tasks.rng import derive_seed
 
 if TYPE_CHECKING:

@@ -39,7 +39,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 
 from evokernel.errors import EvokernelError
-from evokernel.evaluate.result import reason_code
 from evokernel.evolve.backends.base import Backend, Evaluation
 from evokernel.evolve.cascade import SCREENED, is_screened, promote_threshold
 from evokernel.evolve.config import SearchConfig
@@ -59,6 +58,7 @@ from evokernel.evolve.types import (
     code_digest,
 )
 from evokernel.tasks import blocks
+from evokernel.tasks.reasons import reason_code
 
 SEED_ID = "seed"
 NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program

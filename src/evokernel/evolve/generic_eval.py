@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evokernel.evaluate.result import EvalResult, reason
+from evokernel.evaluate.result import EvalResult
+from evokernel.tasks.reasons import reason
 
 STAGE_FUNCTIONS = ("evaluate_stage1", "evaluate_stage2", "evaluate_stage3")
 LABEL = "generic evaluator"

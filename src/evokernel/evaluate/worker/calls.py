@@ -29,9 +29,9 @@ import torch
 
 from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import CallRecord
-from evokernel.evaluate.result import reason
 from evokernel.evaluate.worker.guards import Guards
 from evokernel.tasks.base import Task
+from evokernel.tasks.reasons import reason
 
 CUDA_ERROR_MARKERS = (
     "CUDA error",

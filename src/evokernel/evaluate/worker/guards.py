@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional
 
-from evokernel.evaluate.result import reason
+from evokernel.tasks.reasons import reason
 
 
 def _os_threads() -> int:

@@ -134,8 +134,8 @@ class Session:
 
     # --- requests ----------------------------------------------------------------------------
     def load(self, msg: p.Load) -> p.Loaded:
-        from evokernel.evaluate.result import reason, reason_code
         from evokernel.evaluate.worker.calls import classify
+        from evokernel.tasks.reasons import reason, reason_code
 
         if not self.warmed:
             raise RuntimeError("Load before Warm: the worker's set-up is not finished")
