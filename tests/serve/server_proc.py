@@ -56,6 +56,8 @@ def alive(pid: int) -> bool:
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
+        # as a restarted server binds: connections it closed may linger in TIME_WAIT
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -66,7 +68,10 @@ def port_free(port: int) -> bool:
 class ServerProcess:
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.args = args
-        self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        # One intra-op thread: the tiny model's ops are too small to share, and on a loaded
+        # 2-core machine OpenMP's spinning threads would slow every step down many times.
+        base = {"OMP_NUM_THREADS": "1"} | dict(os.environ)
+        self.env = {**base, **(env or {}), "PYTHONUNBUFFERED": "1"}
         self._log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
         self.stdout: list[str] = []
         self.port = 0

@@ -12,7 +12,8 @@ duplex pipe in token ids only; this module imports no HTTP code. Messages, all t
 
 `events` is a list of (rid, token, logprob | None, top | None, finish | None), each request's
 tokens in order; `finish` is "stop" (a stop id: EOS unless ignored) or "length" (max_tokens)
-on a request's last token. `stats` is (rows of the step launched this turn, running, waiting).
+on a request's last token. `stats` is (rows of the step launched this turn, running, waiting);
+a turn with no events and no step still sends them when running or waiting changed.
 
 One turn of the loop:
   1. read messages (blocking only when there is nothing to do);
@@ -229,6 +230,7 @@ def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
 def _loop(conn: Connection, scheduler: Scheduler) -> None:
     import torch
 
+    last: tuple[int, int] = (0, 0)  # (running, waiting) last sent
     with torch.inference_mode():
         while True:
             timeout = 0.0 if scheduler.busy else IDLE_POLL_S
@@ -248,8 +250,9 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
             if not scheduler.busy:
                 continue
             events, stats = scheduler.turn()
-            if events or stats[0]:
+            if events or stats[0] or stats[1:] != last:
                 conn.send(("out", events, stats))
+                last = stats[1:]
 
 
 def _cuda(device: str | None) -> bool:

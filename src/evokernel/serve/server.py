@@ -16,6 +16,7 @@ Ctrl-C). /health answers 503 from the signal on.
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import socket
@@ -120,6 +121,8 @@ def run_server(config: ServeConfig) -> int:
             lifespan="on",
             timeout_graceful_shutdown=math.ceil(config.shutdown_timeout_s),
         )
+        if config.access_log:  # uvicorn's access lines are INFO; everything else stays quiet
+            logging.getLogger("uvicorn.access").setLevel(logging.INFO)
         server = _server(uv_config, state)
         caught: list[int] = []
         previous = {s: signal.signal(s, lambda sig, _f: caught.append(sig)) for s in _SIGNALS}
