@@ -29,7 +29,10 @@ def prompts(n: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(1, 255) for _ in range(rng.randrange(1, 40))] for _ in range(n)]
 
 
-def alone(model, prompt: list[int], n: int, params: RowParams = RowParams()) -> list[int]:
+GREEDY = RowParams()
+
+
+def alone(model, prompt: list[int], n: int, params: RowParams = GREEDY) -> list[int]:
     runner = BatchRunner(model, 1, MAX_LEN)
     with torch.inference_mode():
         _, first = runner.admit(prompt, params)
@@ -121,7 +124,10 @@ def test_logprobs_come_with_the_tokens(model):
 
 
 def test_a_kv_cache_that_does_not_fit_is_refused_before_allocation(model):
-    with pytest.raises(ConfigError, match=r"--max-batch 100000 x --max-len 256 needs .* GiB .* at most \d+ sequences fit"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--max-batch 100000 x --max-len 256 needs .* GiB .* at most \d+ sequences fit",
+    ):
         BatchRunner(model, 100000, MAX_LEN)
 
 

@@ -11,19 +11,19 @@ import pytest
 pytest.importorskip("openai", reason="the serve tests need the test extra (openai)")
 pytest.importorskip("uvicorn", reason="the serve tests need the serve extra")
 
-from server_proc import ServerProcess  # noqa: E402
+from server_proc import MAX_LEN, ServerProcess
 
-from evokernel.model.random import write_random_checkpoint  # noqa: E402
-from evokernel.serve.chat_template import BUILT_IN  # noqa: E402
-
-MAX_LEN = 512
+from evokernel.model.random import write_random_checkpoint
+from evokernel.serve.chat_template import BUILT_IN
 
 
 @pytest.fixture(scope="session")
 def tiny_chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `tiny` preset in float32 whose tokenizer_config.json carries a ChatML template with
     Qwen3's think block, as a hub Qwen3 checkpoint carries its own."""
-    out = write_random_checkpoint(tmp_path_factory.mktemp("tiny-chat"), "tiny", seed=0, dtype="float32")
+    out = write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-chat"), "tiny", seed=0, dtype="float32"
+    )
     config_path = out / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["chat_template"] = BUILT_IN["chatml"].read_text()

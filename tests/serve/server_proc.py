@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+MAX_LEN = 512  # the context of the shared test server
 READY = re.compile(r"^serving \S+ on http://127\.0\.0\.1:(\d+) ")
 
 

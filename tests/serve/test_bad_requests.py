@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from conftest import MAX_LEN
+from server_proc import MAX_LEN
 
 
 @pytest.fixture
@@ -43,16 +43,38 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
         ("/v1/completions", {"prompt": ["a", "b"]}, "prompt", "one prompt"),
         ("/v1/completions", {"prompt": [1, 999999]}, "prompt", "outside the vocabulary"),
         ("/v1/completions", {"prompt": ""}, "prompt", "empty"),
-        ("/v1/completions", {"prompt": "x", "stream_options": {"include_usage": True}},
-         "stream_options", "stream: true"),  # fmt: skip
+        (
+            "/v1/completions",
+            {"prompt": "x", "stream_options": {"include_usage": True}},
+            "stream_options",
+            "stream: true",
+        ),
         ("/v1/chat/completions", {"messages": []}, "messages", "at least 1"),
-        ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]},
-         "messages.0.role", "system"),  # fmt: skip
-        ("/v1/chat/completions", CHAT | {"tools": [{"type": "function"}]}, "tools", "not supported"),
-        ("/v1/chat/completions", CHAT | {"presence_penalty": 1}, "presence_penalty", "not supported"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "robot", "content": "x"}]},
+            "messages.0.role",
+            "system",
+        ),
+        (
+            "/v1/chat/completions",
+            CHAT | {"tools": [{"type": "function"}]},
+            "tools",
+            "not supported",
+        ),
+        (
+            "/v1/chat/completions",
+            CHAT | {"presence_penalty": 1},
+            "presence_penalty",
+            "not supported",
+        ),
         ("/v1/chat/completions", CHAT | {"top_logprobs": 2}, "top_logprobs", "logprobs"),
-        ("/v1/chat/completions", CHAT | {"chat_template_kwargs": {"messages": 1}},
-         "chat_template_kwargs", "messages"),  # fmt: skip
+        (
+            "/v1/chat/completions",
+            CHAT | {"chat_template_kwargs": {"messages": 1}},
+            "chat_template_kwargs",
+            "messages",
+        ),
     ],
 )
 def test_a_malformed_body_gets_400_with_the_field(post, path, body, param, words):

@@ -40,15 +40,31 @@ CONFIG = Path(__file__).parent / "data" / "evolve_llm.yaml"
 def test_evolve_with_the_llm_mutator_against_our_server(tiny_chat, tmp_path):
     (tmp_path / "prog.py").write_text(PROGRAM)
     (tmp_path / "ev.py").write_text(EVALUATOR)
-    with ServerProcess(["--model", str(tiny_chat), "--max-len", "4096", "--max-batch", "2"]) as server:
+    with ServerProcess(
+        ["--model", str(tiny_chat), "--max-len", "4096", "--max-batch", "2"]
+    ) as server:
         name = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
         cfg = yaml.safe_load(CONFIG.read_text())
         cfg["llm"]["api_base"] = server.url + "/v1"
         cfg["llm"]["models"][0]["name"] = name
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-        cmd = [sys.executable, "-m", "evokernel", "evolve", "--program", str(tmp_path / "prog.py"),
-               "--evaluator", str(tmp_path / "ev.py"), "--config", str(tmp_path / "c.yaml"),
-               "--out", str(tmp_path / "run"), "--device", "cpu", "--json"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "evokernel",
+            "evolve",
+            "--program",
+            str(tmp_path / "prog.py"),
+            "--evaluator",
+            str(tmp_path / "ev.py"),
+            "--config",
+            str(tmp_path / "c.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--device",
+            "cpu",
+            "--json",
+        ]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
         summary = json.loads(run.stdout.strip().splitlines()[-1])

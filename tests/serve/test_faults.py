@@ -114,8 +114,16 @@ def test_a_non_streaming_client_that_leaves_is_cancelled_too(one_slot):
 
 
 def test_sigterm_finishes_what_fits_the_deadline_cancels_the_rest_and_exits_0(tiny_chat):
-    args = ["--model", str(tiny_chat), "--max-batch", "2", "--max-len", "4096",
-            "--shutdown-timeout", "3"]  # fmt: skip
+    args = [
+        "--model",
+        str(tiny_chat),
+        "--max-batch",
+        "2",
+        "--max-len",
+        "4096",
+        "--shutdown-timeout",
+        "3",
+    ]
     server = ServerProcess(args).start()
     try:
         name = model_of(server)
@@ -189,4 +197,3 @@ def test_the_health_and_metrics_endpoints_answer(one_slot):
     text = httpx.get(one_slot.url + "/metrics").text
     assert "# TYPE evokernel_inter_token_latency_seconds histogram" in text
     json.dumps(text)  # plain text
-

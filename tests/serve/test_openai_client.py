@@ -9,7 +9,7 @@ import threading
 
 import httpx
 import pytest
-from conftest import MAX_LEN
+from server_proc import MAX_LEN
 
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
@@ -74,10 +74,14 @@ def test_streaming_sends_one_chunk_per_token_and_usage_last(client, endpoint):
     whole = create(model=name, max_tokens=n, **kwargs, **GREEDY)
     chunks = list(
         create(
-            model=name, max_tokens=n, stream=True, stream_options={"include_usage": True},
-            **kwargs, **GREEDY,
+            model=name,
+            max_tokens=n,
+            stream=True,
+            stream_options={"include_usage": True},
+            **kwargs,
+            **GREEDY,
         )
-    )  # fmt: skip
+    )
     *tokens, last = chunks
     assert last.choices == [] and last.usage.completion_tokens == n
     if endpoint == "chat":
@@ -147,7 +151,9 @@ def test_stop_string_ends_the_text_before_it(client):
     text = full.choices[0].text
     cut = next(i for i in range(8, len(text) - 3) if text.find(text[i : i + 3]) == i)
     stop = text[cut : cut + 3]
-    stopped = client.completions.create(model=name, prompt=prompt, max_tokens=60, stop=[stop], **GREEDY)
+    stopped = client.completions.create(
+        model=name, prompt=prompt, max_tokens=60, stop=[stop], **GREEDY
+    )
     assert stopped.choices[0].text == text[:cut]
     assert stopped.choices[0].finish_reason == "stop"
     assert stopped.usage.completion_tokens < 60
@@ -168,22 +174,34 @@ def test_logprobs_of_completions_and_chat(client):
     # greedy: the chosen token is the most likely one (ids with the same text share a key)
     assert all(v >= max(top.values()) - 1e-6 for v, top in zip(lp.token_logprobs, lp.top_logprobs))
     chat = client.chat.completions.create(
-        model=name, messages=[{"role": "user", "content": "log"}], max_tokens=4, logprobs=True,
-        top_logprobs=2, **GREEDY,
-    )  # fmt: skip
+        model=name,
+        messages=[{"role": "user", "content": "log"}],
+        max_tokens=4,
+        logprobs=True,
+        top_logprobs=2,
+        **GREEDY,
+    )
     content = chat.choices[0].logprobs.content
     assert len(content) == 4 and all(len(c.top_logprobs) == 2 for c in content)
 
 
 def test_a_seed_reproduces_sampling_alone_or_batched(client):
     name = model_name(client)
-    kwargs = {"model": name, "prompt": "seeded", "max_tokens": 24, "temperature": 1.0,
-              "top_p": 0.9, "extra_body": {"ignore_eos": True, "top_k": 50}}  # fmt: skip
+    kwargs = {
+        "model": name,
+        "prompt": "seeded",
+        "max_tokens": 24,
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "extra_body": {"ignore_eos": True, "top_k": 50},
+    }
     first = client.completions.create(seed=7, logprobs=0, **kwargs).choices[0].logprobs.tokens
     out: dict[int, list[str]] = {}
 
     def worker(seed: int) -> None:
-        out[seed] = client.completions.create(seed=seed, logprobs=0, **kwargs).choices[0].logprobs.tokens
+        out[seed] = (
+            client.completions.create(seed=seed, logprobs=0, **kwargs).choices[0].logprobs.tokens
+        )
 
     threads = [threading.Thread(target=worker, args=(s,)) for s in (7, 8, 9)]
     for t in threads:
@@ -198,9 +216,12 @@ def test_metrics_count_requests_and_tokens(server, client):
     client.completions.create(model=model_name(client), prompt="m", max_tokens=2, **GREEDY)
     text = httpx.get(server.url + "/metrics").text
     assert 'evokernel_requests_total{endpoint="completions",status="200"}' in text
-    for name in ("evokernel_generation_tokens_total", "evokernel_prompt_tokens_total",
-                 "evokernel_time_to_first_token_seconds_count",
-                 "evokernel_inter_token_latency_seconds_count"):  # fmt: skip
+    for name in (
+        "evokernel_generation_tokens_total",
+        "evokernel_prompt_tokens_total",
+        "evokernel_time_to_first_token_seconds_count",
+        "evokernel_inter_token_latency_seconds_count",
+    ):
         value = re.search(rf"^{name} (\S+)$", text, re.M)
         assert value and float(value[1]) > 0, name
     assert re.search(r"^evokernel_queue_depth 0\.0$", text, re.M)

@@ -40,8 +40,19 @@ from evokernel.errors import EvokernelError
 KIND = "evokernel-bench-serve"
 SCHEMA = 1
 READY = re.compile(r"^serving (\S+) on (http://\S+) ")
-COLUMNS = ("concurrency", "requests", "errors", "tokens", "wall_s", "tok_s", "stream_tok_s_p50",
-           "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")  # fmt: skip
+COLUMNS = (
+    "concurrency",
+    "requests",
+    "errors",
+    "tokens",
+    "wall_s",
+    "tok_s",
+    "stream_tok_s_p50",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+)
 
 
 @dataclass(frozen=True)
@@ -120,29 +131,58 @@ def generate_baseline(opts: ServeBenchOptions, prompts: list[list[int]]) -> dict
     flags = dict(zip(opts.server_args[::2], opts.server_args[1::2]))
     ops = flags.get("--ops") or ("triton" if opts.device == "cuda" else "torch")
     need = max(len(p) for p in prompts) + opts.max_tokens
-    model = load_engine(opts.model_dir, opts.device, flags.get("--dtype"), ops, max_seq_len=need,
-                        kernels=flags.get("--kernels"))  # fmt: skip
+    model = load_engine(
+        opts.model_dir,
+        opts.device,
+        flags.get("--dtype"),
+        ops,
+        max_seq_len=need,
+        kernels=flags.get("--kernels"),
+    )
     rows = []
     options = GenerateOptions(max_new_tokens=opts.max_tokens, eos_token_ids=())
     for prompt in prompts:
         generate(model, [prompt], options)  # warm: compiles, captures, fills the caches
         r = generate(model, [prompt], options)
-        rows.append({"prompt_len": len(prompt), "prefill_ms": r.prefill_ms,
-                     "decode_tok_s": r.decode_tok_s, "decode_steps": r.decode_steps,
-                     "cuda_graph": r.cuda_graph})  # fmt: skip
+        rows.append(
+            {
+                "prompt_len": len(prompt),
+                "prefill_ms": r.prefill_ms,
+                "decode_tok_s": r.decode_tok_s,
+                "decode_steps": r.decode_steps,
+                "cuda_graph": r.cuda_graph,
+            }
+        )
     del model
     gc.collect()
     if opts.device == "cuda":
         torch.cuda.empty_cache()
-    return {"ops": ops, "rows": rows,
-            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in rows)}  # fmt: skip
+    return {
+        "ops": ops,
+        "rows": rows,
+        "decode_tok_s": statistics.median(r["decode_tok_s"] for r in rows),
+    }
 
 
 class _Server:
     def __init__(self, opts: ServeBenchOptions, max_len: int, progress: Callable[[str], None]):
-        cmd = [sys.executable, "-m", "evokernel", "serve", "--model", str(opts.model_dir),
-               "--port", "0", "--device", opts.device, "--max-batch", str(max(opts.concurrencies)),
-               "--max-len", str(max_len), *opts.server_args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "evokernel",
+            "serve",
+            "--model",
+            str(opts.model_dir),
+            "--port",
+            "0",
+            "--device",
+            opts.device,
+            "--max-batch",
+            str(max(opts.concurrencies)),
+            "--max-len",
+            str(max_len),
+            *opts.server_args,
+        ]
         self.command = " ".join(cmd[2:])
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + opts.start_timeout_s
@@ -183,8 +223,10 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
         progress("generate at batch 1 (the engine alone) ...")
         baseline = generate_baseline(opts, prompts)
         for row in baseline["rows"]:
-            progress(f"  generate prompt {row['prompt_len']}: prefill {row['prefill_ms']:.2f} ms, "
-                     f"decode {row['decode_tok_s']:.1f} tok/s")  # fmt: skip
+            progress(
+                f"  generate prompt {row['prompt_len']}: prefill {row['prefill_ms']:.2f} ms, "
+                f"decode {row['decode_tok_s']:.1f} tok/s"
+            )
     server = _Server(opts, max_len, progress)
     results = []
     try:
@@ -193,9 +235,11 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
             records = drive(server.url, server.name, n, prompts, opts.max_tokens, opts.rounds)
             row = summarize(n, records)
             results.append(row)
-            progress(f"  {n:>3} streams: {_f(row['tok_s'])} tok/s, TTFT P50 "
-                     f"{_f(row['ttft_ms_p50'])} ms, ITL P50 {_f(row['itl_ms_p50'], '.3f')} ms"
-                     + (f", {row['errors']} errors ({row['first_error']})" if row["errors"] else ""))  # fmt: skip
+            progress(
+                f"  {n:>3} streams: {_f(row['tok_s'])} tok/s, TTFT P50 "
+                f"{_f(row['ttft_ms_p50'])} ms, ITL P50 {_f(row['itl_ms_p50'], '.3f')} ms"
+                + (f", {row['errors']} errors ({row['first_error']})" if row["errors"] else "")
+            )
     finally:
         exit_code = server.stop()
     doc = {
@@ -207,8 +251,12 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
         "server": server.ready_line,
         "server_exit_code": exit_code,
         "env": env,
-        "model": {"dir": str(opts.model_dir), "name": opts.model_dir.resolve().name,
-                  "hidden_size": cfg.hidden_size, "layers": cfg.num_hidden_layers},  # fmt: skip
+        "model": {
+            "dir": str(opts.model_dir),
+            "name": opts.model_dir.resolve().name,
+            "hidden_size": cfg.hidden_size,
+            "layers": cfg.num_hidden_layers,
+        },
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         "max_len": max_len,
         "baseline": baseline,
@@ -235,11 +283,13 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any] | None) -> d
             one["stream_tok_s_p50"] / gen if one["stream_tok_s_p50"] and gen else None
         )
         out["ttft_p50_vs_prefill"] = {
-            str(row["prompt_len"]): (one["ttft_ms_p50_by_prompt_len"].get(str(row["prompt_len"]))
-                                     or 0) / row["prefill_ms"]
+            str(row["prompt_len"]): (
+                one["ttft_ms_p50_by_prompt_len"].get(str(row["prompt_len"])) or 0
+            )
+            / row["prefill_ms"]
             for row in baseline["rows"]
             if row["prefill_ms"]
-        }  # fmt: skip
+        }
     return out
 
 

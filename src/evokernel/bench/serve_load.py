@@ -70,9 +70,15 @@ async def _clients(job: dict[str, Any]) -> list[dict[str, Any]]:
         async def run(c: int) -> None:
             for r in range(job["rounds"]):
                 prompt = prompts[(c + r) % len(prompts)]
-                body = {"model": job["model"], "prompt": prompt, "max_tokens": job["max_tokens"],
-                        "temperature": 0, "ignore_eos": True, "stream": True,
-                        "stream_options": {"include_usage": True}}  # fmt: skip
+                body = {
+                    "model": job["model"],
+                    "prompt": prompt,
+                    "max_tokens": job["max_tokens"],
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 record = RequestRecord(len(prompt), time.perf_counter())
                 records.append(record)
                 await _one(client, url, body, record)
@@ -103,10 +109,18 @@ def drive(
     procs = max(1, min(concurrency, CLIENT_PROCESSES, (os.cpu_count() or 2) // 2))
     start_at = time.perf_counter() + (START_DELAY_S if procs > 1 else 0.0)
     jobs = [
-        {"start_at": start_at, "url": url, "model": model, "prompts": prompts, "max_tokens": max_tokens,
-         "rounds": rounds, "timeout_s": timeout_s, "clients": list(range(p, concurrency, procs))}
+        {
+            "start_at": start_at,
+            "url": url,
+            "model": model,
+            "prompts": prompts,
+            "max_tokens": max_tokens,
+            "rounds": rounds,
+            "timeout_s": timeout_s,
+            "clients": list(range(p, concurrency, procs)),
+        }
         for p in range(procs)
-    ]  # fmt: skip
+    ]
     if procs == 1:
         docs = _process(jobs[0])
     else:

@@ -40,7 +40,9 @@ def add_to(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--prompt-lens", default="32,256,1024", metavar="LIST", help="prompt tokens")
     s.add_argument("--max-tokens", default="128", metavar="N", help="tokens per request")
     s.add_argument("--rounds", default="3", metavar="N", help="requests per client, in sequence")
-    s.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present")
+    s.add_argument(
+        "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
+    )
     s.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None)
     s.add_argument("--ops", choices=("torch", "triton"), default=None)
     s.add_argument("--kernels", metavar="PACK_DIR", help="the server runs this kernel pack")
@@ -59,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
     lens = tuple(checked.int_list(args.prompt_lens, "--prompt-lens"))
     if any(n < 1 for n in concurrencies) or any(n < 1 for n in lens):
         raise ConfigError("--concurrency and --prompt-lens take positive integers")
-    out = Path(args.out) if args.out else Path("out") / f"bench-serve-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("out") / f"bench-serve-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
     if out.suffix != ".json":
         raise ConfigError(f"--out must name a .json file, got {out}")
     extra: list[str] = []
@@ -81,9 +87,14 @@ def run(args: argparse.Namespace) -> int:
     doc = run_serve_bench(opts, progress=lambda line: print(line, file=sys.stderr, flush=True))
     _print(doc)
     print(f"wrote {out} and {out.with_suffix('.csv')}")
-    summary = {"kind": "evokernel-bench-serve-summary", "out": str(out), "gpu": doc["env"]["gpu"],
-               "device": device, **doc["summary"],
-               "tok_s": {str(r["concurrency"]): r["tok_s"] for r in doc["results"]}}  # fmt: skip
+    summary = {
+        "kind": "evokernel-bench-serve-summary",
+        "out": str(out),
+        "gpu": doc["env"]["gpu"],
+        "device": device,
+        **doc["summary"],
+        "tok_s": {str(r["concurrency"]): r["tok_s"] for r in doc["results"]},
+    }
     print(json.dumps(summary))
     return 0
 
@@ -98,20 +109,30 @@ def _print(doc: dict) -> None:
     print(f"bench serve: {doc['model']['name']} on {where}; {doc['server']}")
     if doc["baseline"]:
         for row in doc["baseline"]["rows"]:
-            print(f"  generate batch 1, prompt {row['prompt_len']:>5}: prefill "
-                  f"{row['prefill_ms']:8.2f} ms, decode {row['decode_tok_s']:9.1f} tok/s")  # fmt: skip
-    print(f"{'streams':>8}{'tok/s':>11}{'x single':>9}{'stream':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
-          f"{'ITL p50':>9}{'ITL p99':>9}{'errors':>7}")  # fmt: skip
+            print(
+                f"  generate batch 1, prompt {row['prompt_len']:>5}: prefill "
+                f"{row['prefill_ms']:8.2f} ms, decode {row['decode_tok_s']:9.1f} tok/s"
+            )
+    print(
+        f"{'streams':>8}{'tok/s':>11}{'x single':>9}{'stream':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
+        f"{'ITL p50':>9}{'ITL p99':>9}{'errors':>7}"
+    )
     ratios = doc["summary"].get("aggregate_vs_single", {})
     for r in doc["results"]:
-        print(f"{r['concurrency']:>8}{_f(r['tok_s'], '.1f'):>11}"
-              f"{_f(ratios.get(str(r['concurrency'])), '.2f'):>9}{_f(r['stream_tok_s_p50'], '.1f'):>9}"
-              f"{_f(r['ttft_ms_p50'], '.2f'):>10}{_f(r['ttft_ms_p99'], '.2f'):>10}"
-              f"{_f(r['itl_ms_p50'], '.3f'):>9}{_f(r['itl_ms_p99'], '.3f'):>9}{r['errors']:>7}")  # fmt: skip
+        ratio = ratios.get(str(r["concurrency"]))
+        print(
+            f"{r['concurrency']:>8}{_f(r['tok_s'], '.1f'):>11}"
+            f"{_f(ratio, '.2f'):>9}{_f(r['stream_tok_s_p50'], '.1f'):>9}"
+            f"{_f(r['ttft_ms_p50'], '.2f'):>10}{_f(r['ttft_ms_p99'], '.2f'):>10}"
+            f"{_f(r['itl_ms_p50'], '.3f'):>9}{_f(r['itl_ms_p99'], '.3f'):>9}{r['errors']:>7}"
+        )
     s = doc["summary"]
     if "single_stream_vs_generate" in s:
-        print(f"single stream through the server / generate: {_f(s['single_stream_vs_generate'], '.3f')}; "
-              f"TTFT P50 at 1 stream / generate's prefill: "
-              + ", ".join(f"prompt {k}: {_f(v, '.2f')}" for k, v in s["ttft_p50_vs_prefill"].items()))  # fmt: skip
+        ttft = ", ".join(f"prompt {k}: {_f(v, '.2f')}" for k, v in s["ttft_p50_vs_prefill"].items())
+        print(
+            "single stream through the server / generate: "
+            f"{_f(s['single_stream_vs_generate'], '.3f')}; "
+            f"TTFT P50 at 1 stream / generate's prefill: {ttft}"
+        )
     if doc["env"]["device"] == "cpu":
         print("(CPU: a correctness run, not a speed figure)")

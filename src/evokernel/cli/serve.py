@@ -72,8 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--prefill-budget",
         default="2048",
         metavar="TOKENS",
-        help="prompt tokens prefilled between two decode steps (at least one prompt; "
-        "default 2048)",
+        help="prompt tokens prefilled between two decode steps (at least one prompt; default 2048)",
     )
     p.add_argument(
         "--shutdown-timeout",

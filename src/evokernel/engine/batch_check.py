@@ -86,10 +86,12 @@ def teacher_forced_logprobs(
     for k in range(len(forced[0]) - 1):
         tokens = torch.tensor([f[k] for f in forced], device=dev)
         seq_lens = positions + 1
-        logits = torch.cat([
-            model.decode(tokens[s:e], positions[s:e], seq_lens[s:e], cache_rows(cache, s, e))
-            for s, e in ((s, min(B, s + limit)) for s in range(0, B, limit))
-        ])  # fmt: skip
+        logits = torch.cat(
+            [
+                model.decode(tokens[s:e], positions[s:e], seq_lens[s:e], cache_rows(cache, s, e))
+                for s, e in ((s, min(B, s + limit)) for s in range(0, B, limit))
+            ]
+        )
         steps.append(logits.log_softmax(-1))
         positions = seq_lens
     return torch.stack(steps, dim=1)

@@ -3,7 +3,7 @@
     runner = BatchRunner(model, max_batch=32, max_len=4096)      # KV checked, graphs captured
     slot, first = runner.admit(prompt_ids, RowParams())           # prefill alone, batch 1
     pending = runner.step()                                        # one token per active slot
-    out = pending.wait()                                           # out.tokens[i] is slot pending.slots[i]
+    out = pending.wait()                                           # tokens of pending.slots
     runner.release(slot)
 
 Slots. The KV cache (engine/cache.py) has `max_batch` rows of `max_len` positions; a sequence
@@ -127,7 +127,9 @@ class PendingTokens:
         if self._event is not None:
             self._event.synchronize()
         flat = self._tokens.tolist()
-        out = TokenOut([flat[r] for r in self._rows], [None] * len(self.slots), [None] * len(self.slots))
+        out = TokenOut(
+            [flat[r] for r in self._rows], [None] * len(self.slots), [None] * len(self.slots)
+        )
         if self._lp is not None:
             rows, chosen, ids, values = self._lp
             where = {r: i for i, r in enumerate(rows)}

@@ -16,8 +16,12 @@ from evokernel.bench.serve_bench import KIND, load
 from evokernel.report.page import document, section, table, write_page
 from evokernel.report.svg import Mark, Series, color, esc, fmt, line_chart
 
-NAV = [("throughput", "Throughput"), ("latency", "Latency"), ("figures", "Figures"),
-       ("environment", "Environment")]  # fmt: skip
+NAV = [
+    ("throughput", "Throughput"),
+    ("latency", "Latency"),
+    ("figures", "Figures"),
+    ("environment", "Environment"),
+]
 
 
 def is_serve_result(path: Path) -> bool:
@@ -50,51 +54,112 @@ def render_serve(doc: dict[str, Any]) -> str:
         marks.append(Mark(base["decode_tok_s"], "generate, batch 1"))
     ideal = []
     if one and one["tok_s"]:
-        ideal = [Series("linear from 1 stream", [(c, one["tok_s"] * c) for c in n], "#999", dashed=True)]
+        ideal = [
+            Series("linear from 1 stream", [(c, one["tok_s"] * c) for c in n], "#999", dashed=True)
+        ]
     throughput = line_chart(
-        [Series("aggregate tok/s", [(r["concurrency"], r["tok_s"]) for r in rows], color(0)),
-         Series("per-stream tok/s (P50)", [(r["concurrency"], r["stream_tok_s_p50"]) for r in rows],
-                color(1)), *ideal],
-        title="Tokens per second", x_label="concurrent streams", y_label="tok/s", log_x=True,
-        marks=marks, y_from_zero=True,
-    )  # fmt: skip
+        [
+            Series("aggregate tok/s", [(r["concurrency"], r["tok_s"]) for r in rows], color(0)),
+            Series(
+                "per-stream tok/s (P50)",
+                [(r["concurrency"], r["stream_tok_s_p50"]) for r in rows],
+                color(1),
+            ),
+            *ideal,
+        ],
+        title="Tokens per second",
+        x_label="concurrent streams",
+        y_label="tok/s",
+        log_x=True,
+        marks=marks,
+        y_from_zero=True,
+    )
     ttft = line_chart(
-        [Series("TTFT P50", [(r["concurrency"], r["ttft_ms_p50"]) for r in rows], color(2)),
-         Series("TTFT P99", [(r["concurrency"], r["ttft_ms_p99"]) for r in rows], color(2), dashed=True)],
-        title="Time to first token", x_label="concurrent streams", y_label="ms", log_x=True,
+        [
+            Series("TTFT P50", [(r["concurrency"], r["ttft_ms_p50"]) for r in rows], color(2)),
+            Series(
+                "TTFT P99",
+                [(r["concurrency"], r["ttft_ms_p99"]) for r in rows],
+                color(2),
+                dashed=True,
+            ),
+        ],
+        title="Time to first token",
+        x_label="concurrent streams",
+        y_label="ms",
+        log_x=True,
         y_from_zero=True,
-    )  # fmt: skip
+    )
     itl = line_chart(
-        [Series("ITL P50", [(r["concurrency"], r["itl_ms_p50"]) for r in rows], color(3)),
-         Series("ITL P99", [(r["concurrency"], r["itl_ms_p99"]) for r in rows], color(3), dashed=True)],
-        title="Inter-token latency", x_label="concurrent streams", y_label="ms", log_x=True,
+        [
+            Series("ITL P50", [(r["concurrency"], r["itl_ms_p50"]) for r in rows], color(3)),
+            Series(
+                "ITL P99",
+                [(r["concurrency"], r["itl_ms_p99"]) for r in rows],
+                color(3),
+                dashed=True,
+            ),
+        ],
+        title="Inter-token latency",
+        x_label="concurrent streams",
+        y_label="ms",
+        log_x=True,
         y_from_zero=True,
-    )  # fmt: skip
+    )
     ratios = doc["summary"].get("aggregate_vs_single", {})
-    head = ["streams", "requests", "errors", "tokens", "wall s", "tok/s", "x 1 stream",
-            "stream tok/s", "TTFT P50", "TTFT P99", "ITL P50", "ITL P99"]  # fmt: skip
+    head = [
+        "streams",
+        "requests",
+        "errors",
+        "tokens",
+        "wall s",
+        "tok/s",
+        "x 1 stream",
+        "stream tok/s",
+        "TTFT P50",
+        "TTFT P99",
+        "ITL P50",
+        "ITL P99",
+    ]
     body = [
-        [fmt(r["concurrency"]), fmt(r["requests"]), fmt(r["errors"]), fmt(r["tokens"]),
-         fmt(r["wall_s"]), fmt(r["tok_s"]), fmt(ratios.get(str(r["concurrency"]))),
-         fmt(r["stream_tok_s_p50"]), fmt(r["ttft_ms_p50"]), fmt(r["ttft_ms_p99"]),
-         fmt(r["itl_ms_p50"]), fmt(r["itl_ms_p99"])]
+        [
+            fmt(r["concurrency"]),
+            fmt(r["requests"]),
+            fmt(r["errors"]),
+            fmt(r["tokens"]),
+            fmt(r["wall_s"]),
+            fmt(r["tok_s"]),
+            fmt(ratios.get(str(r["concurrency"]))),
+            fmt(r["stream_tok_s_p50"]),
+            fmt(r["ttft_ms_p50"]),
+            fmt(r["ttft_ms_p99"]),
+            fmt(r["itl_ms_p50"]),
+            fmt(r["itl_ms_p99"]),
+        ]
         for r in rows
-    ]  # fmt: skip
+    ]
     figures = table(head, body, set(range(len(head))))
     if base:
-        gen = [[fmt(r["prompt_len"]), fmt(r["prefill_ms"]), fmt(r["decode_tok_s"])] for r in base["rows"]]
+        gen = [
+            [fmt(r["prompt_len"]), fmt(r["prefill_ms"]), fmt(r["decode_tok_s"])]
+            for r in base["rows"]
+        ]
         figures += "<h3>generate, batch 1 (same run)</h3>" + table(
             ["prompt tokens", "prefill ms", "decode tok/s"], gen, {0, 1, 2}
         )
     summary = doc["summary"]
     if "single_stream_vs_generate" in summary:
+        ttft = ", ".join(f"prompt {k}: {fmt(v)}" for k, v in summary["ttft_p50_vs_prefill"].items())
         figures += (
             f"<p>Single stream through the server / generate: "
             f"<b>{fmt(summary['single_stream_vs_generate'])}</b>. TTFT P50 at one stream / "
-            f"generate's prefill: {esc(', '.join(f'prompt {k}: {fmt(v)}' for k, v in summary['ttft_p50_vs_prefill'].items()))}.</p>"
-        )  # fmt: skip
+            f"generate's prefill: {esc(ttft)}.</p>"
+        )
     envs = [[esc(k), esc(v)] for k, v in env.items() if not isinstance(v, (dict, list))]
-    envs += [["command", esc(doc.get("command") or "")], ["server", esc(doc.get("server_command") or "")]]
+    envs += [
+        ["command", esc(doc.get("command") or "")],
+        ["server", esc(doc.get("server_command") or "")],
+    ]
     body_html = (
         section("throughput", "Throughput", throughput)
         + section("latency", "Latency", ttft + itl)

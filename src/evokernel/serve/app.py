@@ -113,20 +113,25 @@ async def models(request: Request) -> Response:
     state = _state(request)
     _authorize(request, state)
     served = state.served
-    card = {"id": served.name, "object": "model", "created": 0, "owned_by": "evokernel",
-            "max_model_len": served.max_len}  # fmt: skip
+    card = {
+        "id": served.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "evokernel",
+        "max_model_len": served.max_len,
+    }
     return json_response({"object": "list", "data": [card]})
 
 
-async def completions(request: Request) -> Response:
+async def completions(request: Request) -> Response | EventStream:
     return await _generate(request, chat=False)
 
 
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(request: Request) -> Response | EventStream:
     return await _generate(request, chat=True)
 
 
-async def _generate(request: Request, chat: bool) -> Response:
+async def _generate(request: Request, chat: bool) -> Response | EventStream:
     arrived = time.perf_counter()
     state = _state(request)
     endpoint = "chat" if chat else "completions"
@@ -197,7 +202,9 @@ async def _whole(request: Request, gen: Generation, fmt: Format, job: Job) -> Re
         return Response(status_code=499)  # nobody is listening
     pieces = work.result()
     assert gen.finish_reason is not None
-    return json_response(fmt.whole(pieces, gen.finish_reason, usage(len(job.ids), gen.completion_tokens)))
+    return json_response(
+        fmt.whole(pieces, gen.finish_reason, usage(len(job.ids), gen.completion_tokens))
+    )
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -213,8 +220,11 @@ class EventStream:
         self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                   (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]  # fmt: skip
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
         async def pump() -> None:

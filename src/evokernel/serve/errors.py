@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 class APIError(Exception):
@@ -31,7 +37,9 @@ class APIError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        kind = TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
+        kind = TYPES.get(
+            self.status, "server_error" if self.status >= 500 else "invalid_request_error"
+        )
         return {
             "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
         }

@@ -28,7 +28,11 @@ def sse(doc: dict[str, Any]) -> bytes:
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 class Format:
@@ -43,8 +47,13 @@ class Format:
         self._first = True
 
     def _doc(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
-                "choices": choices}  # fmt: skip
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
 
     # -- streaming ----------------------------------------------------------------------------
 
@@ -61,7 +70,9 @@ class Format:
             if self.chat:
                 delta: dict[str, Any] = {"content": p.text}
                 if p.reasoning:
-                    delta = {"reasoning_content": p.reasoning} | ({"content": p.text} if p.text else {})
+                    delta = {"reasoning_content": p.reasoning} | (
+                        {"content": p.text} if p.text else {}
+                    )
                 doc = self._doc("chat.completion.chunk", [self._choice(delta, lp, p.finish)])
             else:
                 choice = {"index": 0, "text": p.text, "logprobs": lp, "finish_reason": p.finish}
@@ -108,8 +119,14 @@ class Format:
                     {"token": (t := self._token(i)), "logprob": v, "bytes": list(t.encode())}
                     for i, v in p.top or []
                 ]
-                content.append({"token": token, "logprob": p.logprob, "bytes": list(token.encode()),
-                                "top_logprobs": tops})  # fmt: skip
+                content.append(
+                    {
+                        "token": token,
+                        "logprob": p.logprob,
+                        "bytes": list(token.encode()),
+                        "top_logprobs": tops,
+                    }
+                )
             return {"content": content}
         tokens, offsets = [], []
         for p in rows:

@@ -109,12 +109,16 @@ class Served:
         clash = sorted(RESERVED & kwargs.keys())
         if clash:
             raise APIError(
-                400, f"chat_template_kwargs: {clash[0]} is set by the server", param="chat_template_kwargs"
+                400,
+                f"chat_template_kwargs: {clash[0]} is set by the server",
+                param="chat_template_kwargs",
             )
         try:
             text = self.template.render([m.for_template() for m in req.messages], kwargs)
         except TemplateFailure as err:
-            raise APIError(400, f"the chat template refused the messages: {err}", param="messages") from None
+            raise APIError(
+                400, f"the chat template refused the messages: {err}", param="messages"
+            ) from None
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         self._check_ids(ids, "messages")
         top = (req.top_logprobs or 0) if req.logprobs else None
@@ -126,7 +130,9 @@ class Served:
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
         if bad is not None:
             raise APIError(
-                400, f"{param}: token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})", param=param
+                400,
+                f"{param}: token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})",
+                param=param,
             )
 
     def _job(
@@ -144,8 +150,10 @@ class Served:
         if limit is None and room >= 1:
             limit = room
         if limit is None or n + limit > self.max_len:
-            asked = f"{n + limit} tokens ({n} in the {param}, {limit} in the completion)" if limit else (
-                f"{n} tokens in the {param} and at least 1 in the completion"
+            asked = (
+                f"{n + limit} tokens ({n} in the {param}, {limit} in the completion)"
+                if limit
+                else (f"{n} tokens in the {param} and at least 1 in the completion")
             )
             raise APIError(
                 400,
@@ -164,7 +172,9 @@ class Served:
             seed=None if req.seed is None else req.seed % 2**63,
             logprobs=logprobs,
         )
-        stop_ids = frozenset(req.stop_token_ids or ()) | (frozenset() if req.ignore_eos else self.eos_ids)
+        stop_ids = frozenset(req.stop_token_ids or ()) | (
+            frozenset() if req.ignore_eos else self.eos_ids
+        )
         return Job(
             ids=ids,
             params=params,
@@ -176,4 +186,3 @@ class Served:
             logprobs=logprobs,
             think=think,
         )
-

@@ -49,7 +49,9 @@ class Metrics:
         )
         self.queue_depth = Gauge("evokernel_queue_depth", "Requests waiting for a slot", registry=r)
         self.running = Gauge("evokernel_running_requests", "Requests holding a slot", registry=r)
-        capacity = Gauge("evokernel_batch_capacity", "Decode rows at most (--max-batch)", registry=r)
+        capacity = Gauge(
+            "evokernel_batch_capacity", "Decode rows at most (--max-batch)", registry=r
+        )
         capacity.set(max_batch)
         self.batch_rows = Histogram(
             "evokernel_batch_occupancy_rows",

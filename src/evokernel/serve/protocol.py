@@ -136,14 +136,20 @@ class ChatRequest(_Sampling):
             raise APIError(400, "tools: tool calls are not supported", param="tools")
         kind = (self.response_format or {}).get("type", "text")
         if kind != "text":
-            raise APIError(400, f"response_format: {kind!r} is not supported", param="response_format")
+            raise APIError(
+                400, f"response_format: {kind!r} is not supported", param="response_format"
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError(400, "top_logprobs: needs logprobs: true", param="top_logprobs")
         return self
 
     @property
     def token_limit(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -161,7 +167,9 @@ def parse(model: type[M], body: bytes) -> M:
         if first["type"] == "model_type" and not first["loc"]:
             raise APIError(400, "the body must be a JSON object") from None
         param = _field(first["loc"])
-        raise APIError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
+        raise APIError(
+            400, f"{param}: {first['msg']}" if param else first["msg"], param=param
+        ) from None
 
 
 def _field(loc: tuple[Any, ...]) -> str | None:

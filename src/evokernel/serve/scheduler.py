@@ -31,6 +31,7 @@ price is one step: a request that ends on an EOS has one more token computed and
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -178,10 +179,8 @@ def engine_main(conn: Connection, settings: EngineSettings) -> None:
         conn.close()
         return
     conn.send(("ready", info))
-    try:
-        _loop(conn, scheduler)
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the parent went away: nothing left to serve
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        _loop(conn, scheduler)  # those errors: the parent went away, nothing left to serve
 
 
 def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:

@@ -148,14 +148,16 @@ def _server(config: Any, state: Any) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            self.signals: list[int] = []
+
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             state.draining = True
             self.signals.append(sig)
             super().handle_exit(sig, frame)
 
-    server = Server(config)
-    server.signals = []
-    return server
+    return Server(config)
 
 
 def _url_host(host: str) -> str:

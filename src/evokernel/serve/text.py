@@ -94,7 +94,10 @@ class ThinkSplitter:
             end = self._buf.find(THINK_END)
             if end < 0:
                 keep = _held_tail(self._buf, [THINK_END])
-                reasoning, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
+                reasoning, self._buf = (
+                    self._buf[: len(self._buf) - keep],
+                    self._buf[len(self._buf) - keep :],
+                )
                 return reasoning, ""
             reasoning, self._buf = self._buf[:end], self._buf[end + len(THINK_END) :]
             self._state = "answer"
