@@ -161,7 +161,9 @@ def parse(model: type[M], body: bytes) -> M:
     except APIError:
         raise
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
+        # For a union (prompt: text, ids, ...) each member reports; the deepest location is
+        # the member the value came closest to (`prompt.1`: an id that is not an integer).
+        first = max(err.errors(include_url=False), key=lambda e: len(e["loc"]))
         if first["type"] == "json_invalid":
             raise APIError(400, f"the body is not valid JSON: {first['msg']}") from None
         if first["type"] == "model_type" and not first["loc"]:
