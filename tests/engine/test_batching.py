@@ -136,3 +136,48 @@ def test_the_batch_check_finds_equal_tokens_and_reduction_order_kl(model):
     assert result.greedy_equal == 4 and result.first_divergence == [None] * 4
     assert result.argmax_agree == 1.0
     assert result.kl_max < 1e-5 and result.reduction_order_only  # measured: ~2e-7
+
+
+@pytest.fixture(scope="module")
+def small_bf16(tmp_path_factory: pytest.TempPathFactory):
+    """Qwen3-0.6B's exact shapes (vocab 151936, 16:8 heads, head_dim 128) with 2 layers."""
+    from evokernel.model.random import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("small"), "qwen3-0.6b", seed=5, dtype="bfloat16", layers=2
+    )
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
+    """Graphs per batch and context bucket, row groups of the fused kernels' limit: a graph
+    runner and an eager runner give the same tokens for sequences joining and leaving."""
+    model = load_engine(small_bf16, "cuda", None, "triton", max_seq_len=1024)
+    ps = prompts(12, seed=7)
+    runs = []
+    for use_graph in (True, False):
+        runner = BatchRunner(model, 16, 1024, use_graph=use_graph)
+        assert len(runner._graphs) == (2 * 5 * 3 if use_graph else 0)  # kinds x batch x context
+        got: dict[int, list[int]] = {}
+        owner: dict[int, int] = {}
+        with torch.inference_mode():
+            for step in range(40):
+                if step % 3 == 0 and step // 3 < len(ps):
+                    i = step // 3
+                    slot, first = runner.admit(ps[i], RowParams())
+                    owner[slot], got[i] = i, first.wait().tokens
+                for slot in [s for s in runner.slots if len(got[owner[s]]) >= 12 + owner[s]]:
+                    runner.release(slot)
+                pending = runner.step()
+                for slot, token in zip(pending.slots, pending.wait().tokens):
+                    got[owner[slot]].append(token)
+        runs.append(got)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.gpu
+def test_on_cuda_batching_changes_only_the_reduction_order(small_bf16):
+    model = load_engine(small_bf16, "cuda", None, "triton")
+    result = check(model, prompts(8, seed=8), steps=32)
+    assert result.reduction_order_only, result
+    assert result.argmax_agree > 0.97, result
