@@ -310,8 +310,11 @@ class BatchRunner:
         return PendingTokens(slots, rows, host, lp, tops, event)
 
     def _host(self, t: torch.Tensor) -> torch.Tensor:
-        # A non-blocking copy to the CPU lands in pinned memory; the event says when.
-        return t.to("cpu", non_blocking=True) if self.cuda else t.clone()
+        # Into pinned memory, so the copy is asynchronous (to pageable memory it would wait
+        # for the step just launched); the event recorded after it says when it has landed.
+        if not self.cuda:
+            return t.clone()
+        return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
     # -- internals ----------------------------------------------------------------------------
 
