@@ -147,3 +147,60 @@ def test_content_parts_join_into_the_message_text():
     }
     request = parse(ChatRequest, json.dumps(body).encode())
     assert request.messages[0].for_template() == {"role": "user", "content": "ab"}
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.cancelled: list[int] = []
+
+    def cancel(self, rid: int) -> None:
+        self.cancelled.append(rid)
+
+
+def _generate_chat(text: str, stops: list[str]) -> tuple[dict, list[dict], _Engine]:
+    """A chat answer of `text` (its bytes as tokens, then EOS) through Generation and Format,
+    whole and streamed."""
+    import asyncio
+
+    from evokernel.engine.batching import RowParams
+    from evokernel.serve.engine_client import TokenEvent, TokenStream
+    from evokernel.serve.formats import Format
+    from evokernel.serve.generation import Generation
+    from evokernel.serve.jobs import Job
+    from evokernel.serve.metrics import Metrics
+
+    job = Job([1], RowParams(), 100, stops, frozenset({258}), True, False, None, think=True)
+    engine = _Engine()
+
+    async def run() -> tuple[dict, list[dict]]:
+        stream = TokenStream(7)
+        tokens = [*ids(text), 258]
+        for k, t in enumerate(tokens):
+            stream.queue.put_nowait(TokenEvent(t, finish="stop" if k == len(tokens) - 1 else None))
+        gen = Generation(job, stream, engine, TOKENIZER, Metrics(4), 0.0)  # type: ignore[arg-type]
+        fmt = Format(True, "m", TOKENIZER, None)
+        pieces = []
+        while not gen.finished:
+            pieces.extend(await gen.next())
+        chunks = fmt.chunk(pieces).decode().split("\n\n")
+        deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks if c]
+        return fmt.whole(pieces, gen.finish_reason or "", {}), deltas
+
+    whole, deltas = asyncio.run(run())
+    return whole, deltas, engine
+
+
+def test_a_think_block_comes_back_as_reasoning_content_whole_and_streamed():
+    whole, deltas, _ = _generate_chat("<think>\nplan it\n</think>\n\nThe answer.", [])
+    message = whole["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "\n\nThe answer.",
+                       "reasoning_content": "\nplan it\n"}  # fmt: skip
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "\nplan it\n"
+    assert "".join(d.get("content", "") for d in deltas) == "\n\nThe answer."
+    assert whole["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_stop_string_cancels_the_request_in_the_engine():
+    whole, _, engine = _generate_chat("one. two. three.", [" two"])
+    assert whole["choices"][0]["message"]["content"] == "one."
+    assert whole["choices"][0]["finish_reason"] == "stop" and engine.cancelled == [7]
