@@ -10,15 +10,20 @@
 The engine runs in its own process (spawned), so its loop never waits for the HTTP side's
 Python (JSON, SSE, sockets) to release the GIL, and the HTTP side never waits for a step:
 they meet in one pipe, one message per engine step. Outputs are read by an event-loop reader
-on the pipe and put on each request's queue. If the engine dies, every open stream gets an
+on the pipe and put on each request's queue. Messages to the engine go through a sender
+thread, so the event loop never blocks on a full pipe (and the two processes can never both
+wait to send: the loop always keeps reading). If the engine dies, every open stream gets an
 error event and `alive` turns false.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import multiprocessing as mp
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +99,17 @@ class EngineClient:
             raise EvokernelError(payload)
         self.info = payload
         self.alive = True
+        self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, name="engine-send", daemon=True)
+        self._sender.start()
         return payload
+
+    def _send_loop(self) -> None:
+        while (msg := self._outbox.get()) is not None:
+            try:
+                self._conn.send(msg)
+            except OSError:
+                return  # the engine is gone; the reader reports it
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -106,13 +121,13 @@ class EngineClient:
         rid = next(self._ids)
         stream = TokenStream(rid)
         self._streams[rid] = stream
-        self._conn.send(("add", rid, ids, params, max_tokens, tuple(stop_ids)))
+        self._outbox.put(("add", rid, ids, params, max_tokens, tuple(stop_ids)))
         return stream
 
     def cancel(self, rid: int) -> None:
         """Drop a request (its slot is freed at the engine's next step)."""
         if self._streams.pop(rid, None) is not None and self.alive:
-            self._conn.send(("cancel", rid))
+            self._outbox.put(("cancel", rid))
 
     def _on_readable(self) -> None:
         try:
@@ -152,11 +167,10 @@ class EngineClient:
         if self.alive:
             assert self._loop is not None
             self._bye = self._loop.create_future()
-            try:
-                self._conn.send(("stop",))
+            self._outbox.put(("stop",))
+            self._outbox.put(None)  # the sender thread ends after it
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._bye, timeout_s)
-            except (OSError, asyncio.TimeoutError):
-                pass
             self.alive = False
             if self._loop is not None:
                 self._loop.remove_reader(self._conn.fileno())
@@ -164,6 +178,8 @@ class EngineClient:
         self.kill()
 
     def kill(self) -> None:
+        if self.info:
+            self._outbox.put(None)  # let the sender thread end
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)

@@ -85,7 +85,9 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as err:
         sock.close()
         raise EvokernelError(f"cannot listen on {host}:{port}: {err.strerror}") from None
-    sock.set_inheritable(True)
+    # Listening now: a client that connects after the ready line and before uvicorn's loop
+    # runs waits in the backlog instead of being refused.
+    sock.listen(2048)
     return sock
 
 
