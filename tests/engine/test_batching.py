@@ -157,7 +157,7 @@ def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
     runs = []
     for use_graph in (True, False):
         runner = BatchRunner(model, 16, 1024, use_graph=use_graph)
-        assert len(runner._graphs) == (2 * 5 * 3 if use_graph else 0)  # kinds x batch x context
+        assert runner.graph_count == (2 * 5 * 3 if use_graph else 0)  # kinds x batch x context
         got: dict[int, list[int]] = {}
         owner: dict[int, int] = {}
         with torch.inference_mode():

@@ -17,7 +17,7 @@ import openai
 import pytest
 from server_proc import ServerProcess, port_free
 
-LONG = {"prompt": [1, 2], "max_tokens": 1800, "temperature": 0, "ignore_eos": True}
+LONG = {"prompt": [1, 2], "max_tokens": 4000, "temperature": 0, "ignore_eos": True}  # seconds
 
 
 def metric(server: ServerProcess, name: str) -> float:
@@ -58,7 +58,7 @@ class Stream:
 @pytest.fixture(scope="module")
 def one_slot(tiny_chat):
     """One KV slot and a queue of one: the third concurrent request is refused."""
-    args = ["--model", str(tiny_chat), "--max-batch", "1", "--max-queue", "1", "--max-len", "2048"]
+    args = ["--model", str(tiny_chat), "--max-batch", "1", "--max-queue", "1", "--max-len", "4096"]
     with ServerProcess(args) as proc:
         yield proc
 
@@ -107,7 +107,7 @@ def test_a_non_streaming_client_that_leaves_is_cancelled_too(one_slot):
     cancelled = metric(one_slot, "evokernel_requests_cancelled_total")
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(
-            one_slot.url + "/v1/completions", json={"model": model_of(one_slot)} | LONG, timeout=1.0
+            one_slot.url + "/v1/completions", json={"model": model_of(one_slot)} | LONG, timeout=0.5
         )
     wait_for(lambda: metric(one_slot, "evokernel_requests_cancelled_total") == cancelled + 1)
     wait_for(lambda: metric(one_slot, "evokernel_running_requests") == 0)
@@ -127,7 +127,7 @@ def test_sigterm_finishes_what_fits_the_deadline_cancels_the_rest_and_exits_0(ti
     server = ServerProcess(args).start()
     try:
         name = model_of(server)
-        long_stream = Stream(server, {**LONG, "max_tokens": 4000})
+        long_stream = Stream(server, LONG)
         result: dict[str, object] = {}
 
         def short() -> None:

@@ -199,6 +199,10 @@ class BatchRunner:
         return sorted(self._pos)
 
     @property
+    def graph_count(self) -> int:
+        return len(self._graphs)
+
+    @property
     def free(self) -> int:
         return self.max_batch - len(self._pos)
 

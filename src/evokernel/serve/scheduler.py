@@ -217,7 +217,7 @@ def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
         "batch_buckets": runner.batch_sizes,
         "context_buckets": runner.bounds,
         "rows_per_call": runner.rows_per_call,
-        "cuda_graphs": len(runner._graphs),
+        "cuda_graphs": runner.graph_count,
         "kv_bytes": runner.plan.cache_bytes,
         "eos_token_ids": list(model.cfg.eos_token_ids),
         "vocab_size": model.cfg.vocab_size,
