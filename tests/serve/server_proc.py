@@ -67,8 +67,11 @@ def port_free(port: int) -> bool:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str] | None = None, device: str = "cpu"
+    ) -> None:
         self.args = args
+        self.device = device
         # One intra-op thread: the tiny model's ops are too small to share, and on a loaded
         # 2-core machine OpenMP's spinning threads would slow every step down many times.
         base = {"OMP_NUM_THREADS": "1"} | dict(os.environ)
@@ -83,7 +86,7 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 120.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "evokernel", "serve", "--port", "0", "--device", "cpu"]
+        cmd = [sys.executable, "-m", "evokernel", "serve", "--port", "0", "--device", self.device]
         self.proc = subprocess.Popen(
             [*cmd, *self.args],
             stdout=subprocess.PIPE,
