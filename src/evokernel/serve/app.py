@@ -144,8 +144,10 @@ async def _generate(request: Request, chat: bool) -> Response | EventStream:
             job = served.chat_job(parse(ChatRequest, body))
         else:
             job = served.completion_job(parse(CompletionRequest, body))
-        if state.draining or not state.engine.alive:
+        if state.draining:
             raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
+        if not state.engine.alive:
+            raise APIError(503, "the engine process is not running (see the server's log)")
         if state.engine.in_flight >= state.capacity:
             raise APIError(
                 429,
