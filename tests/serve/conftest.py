@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openai", reason="the serve tests need the test extra (openai)")
 pytest.importorskip("uvicorn", reason="the serve tests need the serve extra")
 
 from server_proc import MAX_LEN, ServerProcess
@@ -42,7 +41,7 @@ def server(tiny_chat: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def client(server: ServerProcess):
-    import openai
+    openai = pytest.importorskip("openai", reason="the client tests need the test extra (openai)")
 
     with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
         yield c
