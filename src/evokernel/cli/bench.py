@@ -89,9 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json", action="store_true", help="the last JSON line also holds every result row"
     )
     d.set_defaults(func=run)
-    from evokernel.cli import bench_eval
+    from evokernel.cli import bench_eval, bench_serve
 
     bench_eval.add_to(verbs)
+    bench_serve.add_to(verbs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@
     evokernel report RUN_DIR [--out FILE]
         RUN_DIR/report.html: evolution tree, progress, per-scenario speedups, the winner's
         diff against the seed, failures, LLM usage, evaluator phases, environment
+    evokernel report BENCH-SERVE.json [--out FILE]
+        a `bench serve` result: tok/s, TTFT and inter-token latency by concurrent streams
     evokernel report BENCH.json [BENCH2.json ...] [--out FILE] [--png DIR]
         `bench decode` results of one GPU: tok/s and % of the bandwidth floor by context
         position, P50/P99 latency; the page goes next to the first file (FIRST.html), and
@@ -61,6 +63,13 @@ def run(args: argparse.Namespace) -> int:
     missing = [p for p in paths if not p.exists()]
     if missing:
         raise EvokernelError(f"no such run directory or file: {missing[0]}")
+    from evokernel.report.serve_page import is_serve_result, write_serve_report
+
+    if is_serve_result(paths[0]):
+        if len(paths) > 1 or args.png is not None:
+            raise EvokernelError("report takes one bench serve file (and no --png)")
+        print(f"wrote {write_serve_report(paths[0], args.out)}")
+        return 0
     from evokernel.report.bench_page import write_bench_report
 
     out = write_bench_report(paths, args.out)

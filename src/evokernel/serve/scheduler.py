@@ -1,0 +1,280 @@
+"""The engine process: one loop that owns the model, admits requests and runs decode steps.
+
+The HTTP process starts it (`engine_main`, a spawned process) and talks to it over one
+duplex pipe in token ids only; this module imports no HTTP code. Messages, all tuples:
+
+  in   ("add", rid, prompt_ids, RowParams, max_tokens, stop_ids)   a new request
+       ("cancel", rid)                                               drop it at the next step
+       ("stop",)                                                     leave the loop
+  out  ("ready", info) | ("error", line)                             once, after start-up
+       ("out", events, stats)                                        once per loop turn
+       ("bye",)                                                      after "stop"
+
+`events` is a list of (rid, token, logprob | None, top | None, finish | None), each request's
+tokens in order; `finish` is "stop" (a stop id: EOS unless ignored) or "length" (max_tokens)
+on a request's last token. `stats` is (rows of the step launched this turn, running, waiting);
+a turn with no events and no step still sends them when running or waiting changed.
+
+One turn of the loop:
+  1. read messages (blocking only when there is nothing to do);
+  2. release the slots of finished, cancelled and fully-issued requests (a request whose
+     max_tokens are all launched needs no further step); compact the slots if that lowers
+     the batch bucket;
+  3. admit waiting requests into free slots, each prefilled alone, until the turn's prefill
+     budget (prompt tokens) is spent; at least one per turn, in arrival order;
+  4. launch one decode step for every running request (engine/batching.py);
+  5. wait for the previous turn's step and for this turn's first tokens, and send them.
+Step 4 comes before the wait of step 5, so the device always has the next step queued while
+the host turns tokens into events: the host's work per token hides behind the device's. The
+price is one step: a request that ends on an EOS has one more token computed and dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from evokernel.engine.batching import BatchRunner, PendingTokens, RowParams
+
+IDLE_POLL_S = 0.5  # how often an idle engine checks that its parent is alive
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model_dir: str
+    device: str | None = None
+    dtype: str | None = None
+    ops: str | None = None
+    kernels: str | None = None
+    pdl: bool | None = None
+    max_batch: int = 32
+    max_len: int = 4096
+    prefill_budget: int = 2048
+    use_graph: bool | None = None
+    rows_per_call: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class _Request:
+    rid: int
+    ids: list[int]
+    params: RowParams
+    max_tokens: int
+    stop_ids: frozenset[int]
+    issued: int = 0  # tokens launched: the first (prefill) plus one per step
+    produced: int = 0  # tokens delivered
+    done: bool = False  # finished or cancelled: its further tokens are dropped
+
+
+@dataclass
+class _Pending:
+    tokens: PendingTokens
+    owners: dict[int, _Request]  # slot -> request at launch time
+
+
+@dataclass
+class Scheduler:
+    runner: BatchRunner
+    prefill_budget: int
+    waiting: deque[_Request] = field(default_factory=deque)
+    running: dict[int, _Request] = field(default_factory=dict)  # slot -> request
+    by_rid: dict[int, _Request] = field(default_factory=dict)
+    steps: deque[_Pending] = field(default_factory=deque)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running or self.steps)
+
+    def add(self, rid: int, ids: list[int], params: RowParams, max_tokens: int, stop) -> None:
+        req = _Request(rid, ids, params, max_tokens, frozenset(stop))
+        self.by_rid[rid] = req
+        self.waiting.append(req)
+
+    def cancel(self, rid: int) -> None:
+        req = self.by_rid.pop(rid, None)
+        if req is not None:
+            req.done = True
+
+    def turn(self) -> tuple[list[tuple[Any, ...]], tuple[int, int, int]]:
+        """Steps 2-5 of the module doc; returns the events and stats to send."""
+        runner = self.runner
+        for slot, req in list(self.running.items()):
+            if req.done or req.issued >= req.max_tokens:
+                runner.release(slot)
+                del self.running[slot]
+        for src, dst in runner.compact().items():
+            self.running[dst] = self.running.pop(src)
+        firsts = self._admit()
+        rows = 0
+        launched = runner.step() if self.running else None
+        if launched is not None:
+            rows = len(launched.slots)
+            for slot in launched.slots:
+                self.running[slot].issued += 1
+            self.steps.append(_Pending(launched, dict(self.running)))
+        events: list[tuple[Any, ...]] = []
+        while len(self.steps) > (1 if launched is not None else 0):
+            self._deliver(self.steps.popleft(), events)
+        for pending in firsts:
+            self._deliver(pending, events)
+        self.waiting = deque(r for r in self.waiting if not r.done)
+        return events, (rows, len(self.running), len(self.waiting))
+
+    def _admit(self) -> list[_Pending]:
+        firsts, spent = [], 0
+        while self.waiting and self.runner.free:
+            req = self.waiting[0]
+            if req.done:
+                self.waiting.popleft()
+                continue
+            if spent and spent + len(req.ids) > self.prefill_budget:
+                break
+            self.waiting.popleft()
+            slot, pending = self.runner.admit(req.ids, req.params)
+            spent += len(req.ids)
+            req.issued = 1
+            self.running[slot] = req
+            firsts.append(_Pending(pending, {slot: req}))
+        return firsts
+
+    def _deliver(self, pending: _Pending, events: list[tuple[Any, ...]]) -> None:
+        out = pending.tokens.wait()
+        for i, slot in enumerate(pending.tokens.slots):
+            req = pending.owners[slot]
+            if req.done:
+                continue
+            token = out.tokens[i]
+            req.produced += 1
+            finish = None
+            if token in req.stop_ids:
+                finish = "stop"
+            elif req.produced >= req.max_tokens:
+                finish = "length"
+            if finish is not None:
+                req.done = True
+                self.by_rid.pop(req.rid, None)
+            events.append((req.rid, token, out.logprobs[i], out.top[i], finish))
+
+
+def engine_main(conn: Connection, settings: EngineSettings) -> None:
+    """The engine process's entry point (multiprocessing, spawn)."""
+    _detach_from_terminal_signals()
+    try:
+        scheduler, info = _start(settings)
+    except Exception as err:  # reported to the parent as one line, then exit
+        from evokernel.errors import EvokernelError
+
+        line = str(err) if isinstance(err, EvokernelError) else _crash_line(err)
+        conn.send(("error", line))
+        conn.close()
+        return
+    conn.send(("ready", info))
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        _loop(conn, scheduler)  # those errors: the parent went away, nothing left to serve
+
+
+def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
+    import torch
+
+    from evokernel.engine.loading import load_engine
+
+    t0 = time.perf_counter()
+    model = load_engine(
+        settings.model_dir,
+        settings.device,
+        settings.dtype,
+        settings.ops or ("triton" if _cuda(settings.device) else "torch"),
+        max_seq_len=settings.max_len,
+        pdl=settings.pdl,
+        kernels=settings.kernels,
+    )
+    runner = BatchRunner(
+        model,
+        settings.max_batch,
+        settings.max_len,
+        use_graph=settings.use_graph,
+        rows_per_call=settings.rows_per_call,
+        seed=settings.seed,
+    )
+    dev = model.device
+    info = {
+        "device": dev.type,
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "ops": dict(model.ops.origin),
+        "max_batch": runner.max_batch,
+        "max_len": runner.max_len,
+        "batch_buckets": runner.batch_sizes,
+        "context_buckets": runner.bounds,
+        "rows_per_call": runner.rows_per_call,
+        "cuda_graphs": runner.graph_count,
+        "kv_bytes": runner.plan.cache_bytes,
+        "eos_token_ids": list(model.cfg.eos_token_ids),
+        "vocab_size": model.cfg.vocab_size,
+        "start_s": time.perf_counter() - t0,
+    }
+    return Scheduler(runner, settings.prefill_budget), info
+
+
+def _loop(conn: Connection, scheduler: Scheduler) -> None:
+    import torch
+
+    last: tuple[int, int] = (0, 0)  # (running, waiting) last sent
+    with torch.inference_mode():
+        while True:
+            timeout = 0.0 if scheduler.busy else IDLE_POLL_S
+            while conn.poll(timeout):
+                msg = conn.recv()
+                kind = msg[0]
+                if kind == "add":
+                    scheduler.add(*msg[1:])
+                elif kind == "cancel":
+                    scheduler.cancel(msg[1])
+                elif kind == "stop":
+                    conn.send(("bye",))
+                    return
+                timeout = 0.0
+            if os.getppid() == 1:
+                return  # orphaned (the parent died without a word)
+            if not scheduler.busy:
+                continue
+            events, stats = scheduler.turn()
+            if events or stats[0] or stats[1:] != last:
+                conn.send(("out", events, stats))
+                last = stats[1:]
+
+
+def _cuda(device: str | None) -> bool:
+    from evokernel import device as devices
+
+    return devices.resolve(device) == "cuda"
+
+
+def _detach_from_terminal_signals() -> None:
+    # Ctrl-C reaches the whole process group: the HTTP process shuts down gracefully and
+    # stops this one; this one must not die first. If the parent is killed outright, the
+    # kernel kills this process too (Linux), so no engine is left holding the GPU.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _crash_line(err: BaseException) -> str:
+    tb = traceback.extract_tb(err.__traceback__)
+    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    return f"the engine failed to start: {type(err).__name__}: {err}{where}"

@@ -1,0 +1,185 @@
+"""Continuous batching (engine/batching.py) on the CPU with the torch ops: sequences joining and
+leaving a running batch get exactly the greedy tokens they get alone; row groups, compaction
+and idle rows change nothing; a seeded sampled sequence draws the same tokens beside any
+others; the KV cache is refused up front when it does not fit; the batch check reports
+equality and a teacher-forced KL of reduction-order size."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from evokernel.engine.batch_check import check
+from evokernel.engine.batching import BatchRunner, RowParams, batch_buckets
+from evokernel.engine.loading import load_engine
+from evokernel.errors import ConfigError
+
+MAX_LEN = 256
+
+
+@pytest.fixture(scope="module")
+def model(tiny_fp32):
+    return load_engine(tiny_fp32, "cpu", None, "torch", max_seq_len=MAX_LEN)
+
+
+def prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1, 255) for _ in range(rng.randrange(1, 40))] for _ in range(n)]
+
+
+GREEDY = RowParams()
+
+
+def alone(model, prompt: list[int], n: int, params: RowParams = GREEDY) -> list[int]:
+    runner = BatchRunner(model, 1, MAX_LEN)
+    with torch.inference_mode():
+        _, first = runner.admit(prompt, params)
+        out = first.wait().tokens
+        while len(out) < n:
+            pending = runner.step()
+            out += pending.wait().tokens
+    return out
+
+
+def test_batch_buckets():
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(32) == [1, 2, 4, 8, 16, 32]
+    assert batch_buckets(12) == [1, 2, 4, 8, 12]
+
+
+@pytest.mark.parametrize("rows_per_call", [None, 3])
+def test_sequences_joining_and_leaving_get_their_tokens_alone(model, rows_per_call):
+    """Admissions at different steps, a release in the middle, holes refilled: every sequence's
+    tokens equal its tokens alone (float32, torch ops: bit-identical rows)."""
+    ps = prompts(7)
+    n = 24
+    want = [alone(model, p, n) for p in ps]
+    runner = BatchRunner(model, 8, MAX_LEN, rows_per_call=rows_per_call)
+    got: dict[int, list[int]] = {}
+    owner: dict[int, int] = {}
+    schedule = {0: [0, 1, 2], 5: [3, 4], 9: [5], 14: [6]}  # step -> prompts admitted
+    with torch.inference_mode():
+        for step in range(60):
+            for i in schedule.get(step, []):
+                slot, first = runner.admit(ps[i], RowParams())
+                owner[slot] = i
+                got[i] = first.wait().tokens
+            for slot in [s for s in runner.slots if len(got[owner[s]]) >= n]:
+                runner.release(slot)
+            for src, dst in runner.compact().items():
+                owner[dst] = owner.pop(src)
+            pending = runner.step()
+            if pending is None:
+                break
+            for slot, token in zip(pending.slots, pending.wait().tokens):
+                got[owner[slot]].append(token)
+    assert [got[i][:n] for i in range(len(ps))] == want
+
+
+def test_compaction_moves_a_sequence_down_and_it_continues_unchanged(model):
+    ps = prompts(5, seed=1)
+    runner = BatchRunner(model, 8, MAX_LEN)
+    with torch.inference_mode():
+        owners = {runner.admit(p, RowParams())[0]: i for i, p in enumerate(ps)}
+        for _ in range(3):
+            runner.step().wait()
+        for slot in (0, 1, 2, 3):
+            runner.release(slot)
+        assert runner.slots == [4]
+        assert runner.compact() == {4: 0} and runner.slots == [0]
+        tail = [runner.step().wait().tokens[0] for _ in range(6)]
+    assert owners[4] == 4
+    assert alone(model, ps[4], 1 + 3 + 6)[4:] == tail
+
+
+def test_a_seeded_sampled_sequence_draws_the_same_tokens_beside_others(model):
+    params = RowParams(temperature=0.9, top_k=40, top_p=0.9, seed=1234)
+    p = prompts(1, seed=2)[0]
+    want = alone(model, p, 16, params)
+    runner = BatchRunner(model, 4, MAX_LEN)
+    with torch.inference_mode():
+        runner.admit(prompts(1, seed=3)[0], RowParams())  # greedy neighbour
+        slot, first = runner.admit(p, params)
+        runner.admit(prompts(1, seed=4)[0], RowParams(temperature=1.0))  # unseeded neighbour
+        got = first.wait().tokens
+        while len(got) < 16:
+            pending = runner.step()
+            got.append(pending.wait().tokens[pending.slots.index(slot)])
+    assert got == want
+    assert alone(model, p, 16, RowParams(temperature=0.9, top_k=40, top_p=0.9, seed=99)) != want
+
+
+def test_logprobs_come_with_the_tokens(model):
+    runner = BatchRunner(model, 2, MAX_LEN)
+    with torch.inference_mode():
+        _, first = runner.admit([5, 6, 7], RowParams(logprobs=3))
+        out = first.wait()
+        step = runner.step().wait()
+    for o in (out, step):
+        lp, top = o.logprobs[0], o.top[0]
+        assert lp is not None and lp <= 0 and len(top) == 3
+        assert top[0][0] == o.tokens[0] and abs(top[0][1] - lp) < 1e-6  # greedy: the top one
+
+
+def test_a_kv_cache_that_does_not_fit_is_refused_before_allocation(model):
+    with pytest.raises(
+        ConfigError,
+        match=r"--max-batch 100000 x --max-len 256 needs .* GiB .* at most \d+ sequences fit",
+    ):
+        BatchRunner(model, 100000, MAX_LEN)
+
+
+def test_the_batch_check_finds_equal_tokens_and_reduction_order_kl(model):
+    result = check(model, prompts(4, seed=5), steps=12)
+    assert result.greedy_equal == 4 and result.first_divergence == [None] * 4
+    assert result.argmax_agree == 1.0
+    assert result.kl_max < 1e-5 and result.reduction_order_only  # measured: ~2e-7
+
+
+@pytest.fixture(scope="module")
+def small_bf16(tmp_path_factory: pytest.TempPathFactory):
+    """Qwen3-0.6B's exact shapes (vocab 151936, 16:8 heads, head_dim 128) with 2 layers."""
+    from evokernel.model.random import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("small"), "qwen3-0.6b", seed=5, dtype="bfloat16", layers=2
+    )
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
+    """Graphs per batch and context bucket, row groups of the fused kernels' limit: a graph
+    runner and an eager runner give the same tokens for sequences joining and leaving."""
+    model = load_engine(small_bf16, "cuda", None, "triton", max_seq_len=1024)
+    ps = prompts(12, seed=7)
+    runs = []
+    for use_graph in (True, False):
+        runner = BatchRunner(model, 16, 1024, use_graph=use_graph)
+        assert runner.graph_count == (2 * 5 * 3 if use_graph else 0)  # kinds x batch x context
+        got: dict[int, list[int]] = {}
+        owner: dict[int, int] = {}
+        with torch.inference_mode():
+            for step in range(40):
+                if step % 3 == 0 and step // 3 < len(ps):
+                    i = step // 3
+                    slot, first = runner.admit(ps[i], RowParams())
+                    owner[slot], got[i] = i, first.wait().tokens
+                for slot in [s for s in runner.slots if len(got[owner[s]]) >= 12 + owner[s]]:
+                    runner.release(slot)
+                pending = runner.step()
+                if pending is None:
+                    continue
+                for slot, token in zip(pending.slots, pending.wait().tokens):
+                    got[owner[slot]].append(token)
+        runs.append(got)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.gpu
+def test_on_cuda_batching_changes_only_the_reduction_order(small_bf16):
+    model = load_engine(small_bf16, "cuda", None, "triton")
+    result = check(model, prompts(8, seed=8), steps=32)
+    assert result.reduction_order_only, result
+    assert result.argmax_agree > 0.97, result

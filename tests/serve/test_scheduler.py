@@ -1,0 +1,82 @@
+"""The engine loop's scheduling (serve/scheduler.py) in this process, on the CPU: exact
+max_tokens, stop ids, cancellation mid-run, a full batch queueing in arrival order, and the
+prefill budget spreading admissions over turns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evokernel.engine.batching import BatchRunner, RowParams
+from evokernel.engine.loading import load_engine
+from evokernel.serve.scheduler import Scheduler
+
+GREEDY = RowParams()
+
+
+@pytest.fixture(scope="module")
+def model(tiny_chat):
+    return load_engine(tiny_chat, "cpu", None, "torch", max_seq_len=256)
+
+
+def run(scheduler: Scheduler, turns: int = 500) -> dict[int, list[tuple]]:
+    """Events per request id until the scheduler is idle."""
+    out: dict[int, list[tuple]] = {}
+    with torch.inference_mode():
+        for _ in range(turns):
+            if not scheduler.busy:
+                break
+            events, _ = scheduler.turn()
+            for rid, token, _lp, _top, finish in events:
+                out.setdefault(rid, []).append((token, finish))
+    return out
+
+
+def test_each_request_gets_exactly_its_max_tokens_and_ends_with_length(model):
+    s = Scheduler(BatchRunner(model, 4, 256), prefill_budget=2048)
+    for rid, n in ((1, 1), (2, 2), (3, 9), (4, 30)):
+        s.add(rid, [rid, 7, 9], GREEDY, n, ())
+    out = run(s)
+    for rid, n in ((1, 1), (2, 2), (3, 9), (4, 30)):
+        assert len(out[rid]) == n and out[rid][-1][1] == "length"
+        assert all(f is None for _, f in out[rid][:-1])
+    assert not s.running and not s.by_rid
+
+
+def test_a_stop_id_ends_a_request_on_that_token(model):
+    s = Scheduler(BatchRunner(model, 2, 256), prefill_budget=2048)
+    s.add(1, [3, 4, 5], GREEDY, 20, ())
+    free = [t for t, _ in run(s)[1]]
+    stop = free[5]
+    s.add(2, [3, 4, 5], GREEDY, 20, (stop,))
+    cut = run(s)[2]
+    first = free.index(stop)
+    assert [t for t, _ in cut] == free[: first + 1] and cut[-1][1] == "stop"
+
+
+def test_a_cancelled_request_stops_and_frees_its_slot_for_the_queue(model):
+    s = Scheduler(BatchRunner(model, 1, 256), prefill_budget=2048)
+    s.add(1, [1, 2], GREEDY, 200, ())
+    s.add(2, [1, 2], GREEDY, 5, ())  # waits: one slot
+    with torch.inference_mode():
+        seen = 0
+        while seen < 4:
+            events, stats = s.turn()
+            seen += len(events)
+            assert stats[1:] == (1, 1)  # one running, one waiting
+        s.cancel(1)
+    out = run(s)
+    assert 1 not in out  # nothing more for the cancelled one
+    assert len(out[2]) == 5 and out[2][-1][1] == "length"
+
+
+def test_the_prefill_budget_spreads_admissions_over_turns(model):
+    s = Scheduler(BatchRunner(model, 8, 256), prefill_budget=100)
+    for rid in range(4):
+        s.add(rid, list(range(1, 61)), GREEDY, 3, ())  # 60 tokens each: one per turn
+    with torch.inference_mode():
+        admitted = []
+        for _ in range(4):
+            s.turn()
+            admitted.append(4 - len(s.waiting))
+    assert admitted == [1, 2, 3, 4]
