@@ -211,9 +211,9 @@ class _Server:
 
 def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) -> dict[str, Any]:
     from evokernel.bench.env import collect_env
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import ModelConfig
 
-    cfg = Qwen3Config.from_dir(opts.model_dir)
+    cfg = ModelConfig.from_dir(opts.model_dir)
     prompts = make_prompts(opts.prompt_lens, cfg.vocab_size)
     need = max(opts.prompt_lens) + opts.max_tokens
     max_len = min(cfg.max_position_embeddings, 1 << (need - 1).bit_length())

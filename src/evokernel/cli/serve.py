@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.cli.generate import kernels_dir, resolve_ops
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import ModelConfig
 
     try:
         import starlette  # noqa: F401
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from evokernel.serve.server import ServeConfig, run_server
 
     model_dir = checked.existing_dir(args.model, "--model")
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     limit = cfg.max_position_embeddings
     max_len = checked.integer(
         args.max_len if args.max_len is not None else min(DEFAULT_MAX_LEN, limit),

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from evokernel.engine.batching import BatchRunner, RowParams, cache_rows, row_limit
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 
 KL_TOLERANCE = 1e-3  # mean KL (nats) below which a difference is reduction order
 
@@ -52,7 +52,11 @@ class BatchCheck:
 
 
 def greedy_tokens(
-    model: Qwen3Model, prompts: list[list[int]], steps: int, max_len: int, rows_per_call: int | None
+    model: DecoderModel,
+    prompts: list[list[int]],
+    steps: int,
+    max_len: int,
+    rows_per_call: int | None,
 ) -> list[list[int]]:
     """Greedy tokens of every prompt run together through one BatchRunner."""
     runner = BatchRunner(model, len(prompts), max_len, rows_per_call=rows_per_call)
@@ -69,7 +73,7 @@ def greedy_tokens(
 
 
 def teacher_forced_logprobs(
-    model: Qwen3Model, prompts: list[list[int]], forced: list[list[int]], max_len: int
+    model: DecoderModel, prompts: list[list[int]], forced: list[list[int]], max_len: int
 ) -> torch.Tensor:
     """[B, steps, V] log-probabilities of every prompt decoded together, fed `forced`
     tokens (each prompt prefilled alone, as the server does)."""
@@ -98,7 +102,7 @@ def teacher_forced_logprobs(
 
 
 def check(
-    model: Qwen3Model, prompts: list[list[int]], steps: int, rows_per_call: int | None = None
+    model: DecoderModel, prompts: list[list[int]], steps: int, rows_per_call: int | None = None
 ) -> BatchCheck:
     max_len = max(len(p) for p in prompts) + steps + 1
     with torch.inference_mode():

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import torch
 
 from evokernel.engine.cache import KVCache
+from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.graph import context_buckets
 from evokernel.engine.kv_plan import check_kv_fits
-from evokernel.engine.qwen3 import Qwen3Model
 from evokernel.engine.row_sampling import RowTable, draw_noise, logprobs, sample_rows
 
 WARMUP_STEPS = 2
@@ -89,7 +89,7 @@ def batch_buckets(max_batch: int) -> list[int]:
     return [*sizes, max_batch]
 
 
-def row_limit(model: Qwen3Model) -> int | None:
+def row_limit(model: DecoderModel) -> int | None:
     """Rows one decode launch takes: the fused kernels' bound when any decode op runs them."""
     origins = model.ops.origin.values()
     if any(o.startswith(("triton", "pack:")) for o in origins):
@@ -149,7 +149,7 @@ class BatchRunner:
 
     def __init__(
         self,
-        model: Qwen3Model,
+        model: DecoderModel,
         max_batch: int,
         max_len: int,
         *,

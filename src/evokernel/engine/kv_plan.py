@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from evokernel.engine.qwen3 import Qwen3Model
+from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import ConfigError
 
 MARGIN = 1 << 30  # allocator slack, CUDA graph pools, cuBLAS workspaces
@@ -38,7 +38,7 @@ class KVPlan:
         return self.cache_bytes + self.work_bytes <= self.free_bytes
 
 
-def plan_kv(model: Qwen3Model, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
+def plan_kv(model: DecoderModel, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
     """`logits_rows`: rows of [*, V] float32 logits the sampling graphs keep."""
     cfg = model.cfg
     itemsize = torch.empty((), dtype=model.dtype).element_size()
@@ -52,7 +52,7 @@ def plan_kv(model: Qwen3Model, max_batch: int, max_len: int, logits_rows: int) -
     return KVPlan(per_position, per_position * max_batch * max_len, work, free, where)
 
 
-def check_kv_fits(model: Qwen3Model, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
+def check_kv_fits(model: DecoderModel, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
     plan = plan_kv(model, max_batch, max_len, logits_rows)
     if plan.fits:
         return plan

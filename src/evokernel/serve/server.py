@@ -54,12 +54,12 @@ class ServeConfig:
 
 def build_served(config: ServeConfig) -> Any:
     from evokernel.engine.loading import load_tokenizer
-    from evokernel.model.config import Qwen3Config
+    from evokernel.model.config import ModelConfig
     from evokernel.serve.chat_template import load_chat_template
     from evokernel.serve.jobs import Sampling, Served
 
     model_dir = Path(config.engine.model_dir)
-    cfg = Qwen3Config.from_dir(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
         raise ConfigError(f"{model_dir}: serving needs the checkpoint's tokenizer.json")
