@@ -66,7 +66,11 @@ def test_evolve_with_the_llm_mutator_against_our_server(tiny_chat, tmp_path):
             "--json",
         ]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
+        # A random model's replies are never edits: no child could be proposed, and the run
+        # says so (exit 1) with the cause, rather than ending "finished".
+        assert run.returncode == 1, run.stderr[-3000:]
+        assert "no child program could be proposed" in run.stderr
+        assert "no SEARCH/REPLACE edit in the answer" in run.stderr
         summary = json.loads(run.stdout.strip().splitlines()[-1])
         metrics = httpx.get(server.url + "/metrics").text
     assert summary["iterations_done"] == 3
