@@ -24,12 +24,12 @@ EPS = 1e-6
 GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 40)]  # M, N, K
 # One-row kernels at every row count; the rows kernel from 2 rows on (the whole K in
 # registers at these sizes, 16-row tiles looped over); and the rows kernel walking K in
-# 16-wide chunks (the loop runs several times, row tiles on the grid).
+# 64-wide chunks (the loop runs up to three times, row tiles on the grid).
 GEMV_PATHS = {
     "default": decode.DEFAULT,
     "one-row": decode.DecodeTuning(rows_min=1 << 30),
     "rows-chunked": decode.DecodeTuning(
-        rows_min=2, rows_block_n=16, rows_block_k=16, rows_tile_bytes=16
+        rows_min=2, rows_block_n=16, rows_block_k=64, rows_tile_bytes=16
     ),
 }
 

@@ -69,7 +69,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
     `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
     or the widest of 64..16 that still fills one wave of SMs."""
-    k_pow2 = max(16, next_pow2(K))
+    k_pow2 = max(64, next_pow2(K))  # four slices of at least 16 (a dot's smallest K)
     per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
     whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
     block_n = tuning.rows_block_n or 64
@@ -81,7 +81,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
             block_n //= 2
     whole = whole and block_n * per_col <= tuning.rows_tile_bytes
     block_m = 16 if whole else min(64, max(16, next_pow2(M)))
-    block_k = k_pow2 if whole else min(tuning.rows_block_k, k_pow2)
+    block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
     warps = tuning.rows_warps or (8 if whole else 4)
     return block_m, block_n, block_k, whole, warps
 

@@ -24,7 +24,7 @@ class DecodeTuning(NamedTuple):
     rows_min: int = 2  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
     rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
-    rows_block_k: int = 256  # its K chunk where the whole K does not fit
+    rows_block_k: int = 256  # its K chunk where the whole K does not fit (four slices, >= 64)
     rows_warps: int = 0  # 0: 8 with the whole K in registers, else 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
@@ -71,7 +71,7 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.short_warps in (0, 1, 2, 4, 8) and t.attn_warps in (1, 2, 4, 8), "attention warps"
     assert t.combine_warps in (1, 2, 4, 8), "combine_warps"
     assert t.rows_min >= 1 and t.rows_warps in (0, 1, 2, 4, 8), "rows_min/rows_warps"
-    assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 16, "rows blocks"
+    assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 64, "rows blocks"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
     return t
 

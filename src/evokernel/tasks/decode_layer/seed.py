@@ -233,6 +233,56 @@ def _dot_t(x, w, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _w4(w_ptr, cols_n, N, stride_w, k0, KS: tl.constexpr, K: tl.constexpr):
+    """The four KS-wide slices of W[cols_n, k0 : k0 + 4 KS]."""
+    offs = k0 + tl.arange(0, KS)
+    a = _chunk(w_ptr, cols_n, N, stride_w, offs, K)
+    b = _chunk(w_ptr, cols_n, N, stride_w, offs + KS, K)
+    c = _chunk(w_ptr, cols_n, N, stride_w, offs + 2 * KS, K)
+    d = _chunk(w_ptr, cols_n, N, stride_w, offs + 3 * KS, K)
+    return a, b, c, d
+
+
+@triton.jit
+def _x4(x_ptr, rows_m, M, stride_x, k0, KS: tl.constexpr, K: tl.constexpr):
+    """The four KS-wide slices of x[rows_m, k0 : k0 + 4 KS], in the dtype."""
+    offs = k0 + tl.arange(0, KS)
+    a = _x_tile(x_ptr, rows_m, M, stride_x, offs, K)
+    b = _x_tile(x_ptr, rows_m, M, stride_x, offs + KS, K)
+    c = _x_tile(x_ptr, rows_m, M, stride_x, offs + 2 * KS, K)
+    d = _x_tile(x_ptr, rows_m, M, stride_x, offs + 3 * KS, K)
+    return a, b, c, d
+
+
+@triton.jit
+def _sumsq(a, b, c, d):
+    a = a.to(tl.float32)
+    b = b.to(tl.float32)
+    c = c.to(tl.float32)
+    d = d.to(tl.float32)
+    return (
+        tl.sum(a * a, axis=1)
+        + tl.sum(b * b, axis=1)
+        + tl.sum(c * c, axis=1)
+        + tl.sum(d * d, axis=1)
+    )
+
+
+@triton.jit
+def _dot4(
+    xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS: tl.constexpr, K: tl.constexpr,
+    NORM: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """sum over the four slices of normed(x_s) @ w_s^T: four independent MMA chains."""
+    offs = k0 + tl.arange(0, KS)
+    pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
+    pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
+    pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
+    pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
+    return (pa + pb) + (pc + pd)
+
+
+@triton.jit
 def _epilogue(
     acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr, stride_out,
     stride_res, dtype: tl.constexpr, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
@@ -296,13 +346,13 @@ def rows_gemv_kernel(
 ):
     col0 = tl.program_id(0) * BLOCK_N
     cols_n = col0 + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    KS: tl.constexpr = BLOCK_K // 4  # the slice width: a chunk is four slices
     up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
     dtype = x_ptr.dtype.element_ty
-    w0 = _chunk(w_ptr, cols_n, N, stride_w, offs_k, K)
-    u0 = w0
+    wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, 0, KS, K)
+    ua, ub, uc, ud = wa, wb, wc, wd
     if EPILOGUE == 2:
-        u0 = _chunk(up_ptr, cols_n, N, stride_w, offs_k, K)
+        ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, 0, KS, K)
     bias = tl.zeros([BLOCK_N], tl.float32)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
@@ -311,16 +361,15 @@ def rows_gemv_kernel(
     if WHOLE_K:
         for m0 in range(0, M, BLOCK_M):
             rows_m = m0 + tl.arange(0, BLOCK_M)
-            x = _x_tile(x_ptr, rows_m, M, stride_x, offs_k, K)
+            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
             rstd = tl.zeros([BLOCK_M], tl.float32)
             if NORM:
-                xf = x.to(tl.float32)
-                rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / K + eps)
-            x = _normed(x, norm_ptr, rstd, offs_k, K, NORM)
-            acc = _dot_t(x, w0, IEEE)
+                rstd = tl.rsqrt(_sumsq(xa, xb, xc, xd) / K + eps)
+            acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
             acc_u = acc
             if EPILOGUE == 2:
-                acc_u = _dot_t(x, u0, IEEE)
+                acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM,
+                              IEEE)  # fmt: skip
             _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                       stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                       ARGMAX)  # fmt: skip
@@ -329,21 +378,22 @@ def rows_gemv_kernel(
         rstd = tl.zeros([BLOCK_M], tl.float32)
         if NORM:
             for k0 in range(0, K, BLOCK_K):
-                xs = _x_tile(x_ptr, rows_m, M, stride_x, k0 + offs_k, K).to(tl.float32)
-                rstd += tl.sum(xs * xs, axis=1)
+                xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
+                rstd += _sumsq(xa, xb, xc, xd)
             rstd = tl.rsqrt(rstd / K + eps)
-        x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, offs_k, K), norm_ptr, rstd, offs_k, K,
-                    NORM)  # fmt: skip
-        acc = _dot_t(x, w0, IEEE)
+        xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
+        acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
         acc_u = acc
         if EPILOGUE == 2:
-            acc_u = _dot_t(x, u0, IEEE)
+            acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
         for k0 in range(BLOCK_K, K, BLOCK_K):
-            ks = k0 + offs_k
-            x = _normed(_x_tile(x_ptr, rows_m, M, stride_x, ks, K), norm_ptr, rstd, ks, K, NORM)
-            acc += _dot_t(x, _chunk(w_ptr, cols_n, N, stride_w, ks, K), IEEE)
+            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
+            wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, k0, KS, K)
+            acc += _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS, K, NORM, IEEE)
             if EPILOGUE == 2:
-                acc_u += _dot_t(x, _chunk(up_ptr, cols_n, N, stride_w, ks, K), IEEE)
+                ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, k0, KS, K)
+                acc_u += _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
+                               IEEE)  # fmt: skip
         _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                   stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                   ARGMAX)  # fmt: skip
@@ -670,7 +720,7 @@ class DecodeTuning(NamedTuple):
     rows_min: int = 2  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
     rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
-    rows_block_k: int = 256  # its K chunk where the whole K does not fit
+    rows_block_k: int = 256  # its K chunk where the whole K does not fit (four slices, >= 64)
     rows_warps: int = 0  # 0: 8 with the whole K in registers, else 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
@@ -738,7 +788,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
     `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
     or the widest of 64..16 that still fills one wave of SMs."""
-    k_pow2 = max(16, next_pow2(K))
+    k_pow2 = max(64, next_pow2(K))  # four slices of at least 16 (a dot's smallest K)
     per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
     whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
     block_n = tuning.rows_block_n or 64
@@ -750,7 +800,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
             block_n //= 2
     whole = whole and block_n * per_col <= tuning.rows_tile_bytes
     block_m = 16 if whole else min(64, max(16, next_pow2(M)))
-    block_k = k_pow2 if whole else min(tuning.rows_block_k, k_pow2)
+    block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
     warps = tuning.rows_warps or (8 if whole else 4)
     return block_m, block_n, block_k, whole, warps
 
