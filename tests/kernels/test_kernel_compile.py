@@ -111,9 +111,9 @@ SCRIPT = textwrap.dedent(
     # (epilogue, K, BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) as ops/layer.py picks them at
     # Qwen3-0.6B's shapes (the whole K in registers where 16 columns of it fit 64 KB)
     for epilogue, k, block_m, block_n, block_k, whole, warps in (
-        (0, 1024, 16, 16, 1024, True, 8), (1, 2048, 16, 16, 2048, True, 8),
-        (1, 3072, 64, 16, 256, False, 4), (2, 1024, 16, 16, 1024, True, 8),
-        (3, 1024, 16, 64, 1024, True, 8),
+        (0, 1024, 16, 16, 1024, True, 4), (1, 2048, 16, 16, 2048, True, 4),
+        (1, 3072, 64, 16, 256, False, 4), (2, 1024, 16, 16, 1024, True, 4),
+        (3, 1024, 16, 32, 1024, True, 4),
     ):
         args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
         out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": block_m,

@@ -82,7 +82,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     whole = whole and block_n * per_col <= tuning.rows_tile_bytes
     block_m = 16 if whole else min(64, max(16, next_pow2(M)))
     block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
-    warps = tuning.rows_warps or (8 if whole else 4)
+    warps = tuning.rows_warps
     return block_m, block_n, block_k, whole, warps
 
 

@@ -31,11 +31,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 PDL = True
 TILE_BYTES = 32768  # tune: 16384, 32768, 65536
 GEMV_WARPS = 0  # tune: 0, 4, 8
-ROWS_MIN = 2  # tune: 2, 4, 9
+ROWS_MIN = 5  # tune: 2, 3, 5, 9
 ROWS_BLOCK_N = 0  # tune: 0, 16, 32, 64
 ROWS_TILE_BYTES = 65536  # tune: 32768, 65536, 131072
 ROWS_BLOCK_K = 256  # tune: 128, 256, 512
-ROWS_WARPS = 0  # tune: 0, 4, 8
+ROWS_WARPS = 4  # tune: 4, 8
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -717,11 +717,11 @@ class DecodeTuning(NamedTuple):
     pdl: bool = False  # programmatic dependent launch (sm_90+)
     tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
-    rows_min: int = 2  # from this many rows the tensor-core rows kernel (kernels/rows.py)
+    rows_min: int = 5  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
     rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
     rows_block_k: int = 256  # its K chunk where the whole K does not fit (four slices, >= 64)
-    rows_warps: int = 0  # 0: 8 with the whole K in registers, else 4
+    rows_warps: int = 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -801,7 +801,7 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     whole = whole and block_n * per_col <= tuning.rows_tile_bytes
     block_m = 16 if whole else min(64, max(16, next_pow2(M)))
     block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
-    warps = tuning.rows_warps or (8 if whole else 4)
+    warps = tuning.rows_warps
     return block_m, block_n, block_k, whole, warps
 
 
