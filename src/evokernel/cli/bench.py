@@ -164,7 +164,7 @@ def _options(args: argparse.Namespace) -> Any:
         raise EvokernelError(f"--out must name a .json file, got {out}")
     dtype_name = str(dtype).removeprefix("torch.")
     ops = resolve_ops(args)
-    kernels = _kernels(args, device, dtype)
+    kernels = _kernels(args)
     if kernels is not None and "evokernel_pack" not in systems:
         at = systems.index("evokernel") + 1 if "evokernel" in systems else len(systems)
         systems = (*systems[:at], "evokernel_pack", *systems[at:])
@@ -197,19 +197,14 @@ def _options(args: argparse.Namespace) -> Any:
     )
 
 
-def _kernels(args: argparse.Namespace, device: str, dtype: Any) -> Path | None:
-    """--kernels, checked against the checkpoint, device and dtype before anything runs (a
-    refused pack is one line and exit 2, not a row of errors)."""
-    from evokernel import device as devices
-    from evokernel.cli.generate import kernels_dir
-    from evokernel.model.config import Qwen3Config
-    from evokernel.packs.load import load_pack
+def _kernels(args: argparse.Namespace) -> Path | None:
+    """--kernels, opened for the engine before anything runs (fit, trust, static check,
+    import and self-check of every bucket: packs.use.open_pack; a refused pack is one line and
+    exit 2, not a row of errors). The systems that load it later reuse this outcome."""
+    from evokernel.cli.generate import kernels_dir, open_kernels
 
-    kernels = kernels_dir(args)
-    if kernels is not None:
-        devices.prepare(device)
-        load_pack(kernels, Qwen3Config.from_dir(args.model), device, dtype)
-    return kernels
+    open_kernels(args, Path(args.model), None)
+    return kernels_dir(args)
 
 
 def _by_system(doc: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
