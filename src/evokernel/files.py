@@ -87,11 +87,12 @@ def output_file(path: str | Path) -> Path:
     given = Path(path)
     if not str(path).strip():
         raise FileRefused("an empty path")
-    target = Path(os.path.realpath(given))
-    for tree in SYSTEM_TREES:
-        if target == Path(tree) or target.is_relative_to(tree):
-            via = "" if target == given.absolute() else f" (it leads to {target})"
-            raise FileRefused(f"{given}{via} lies under {tree}: not a place to write a file")
+    target, visited = _resolve(given)
+    for step in visited:
+        tree = next((t for t in SYSTEM_TREES if step == Path(t) or step.is_relative_to(t)), None)
+        if tree is not None:
+            where = "lies under" if given.absolute().is_relative_to(tree) else "leads into"
+            raise FileRefused(f"{given} {where} {tree}: not a place to write a file")
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
@@ -111,6 +112,38 @@ def output_file(path: str | Path) -> Path:
             raise FileRefused(f"{given}: permission denied")
     _writable_parent(given, target)
     return target
+
+
+def _resolve(path: Path) -> tuple[Path, list[Path]]:
+    """`path` with every symlink resolved (as os.path.realpath), and every path the resolution
+    passed through: a link to /proc/self/fd/1 resolves to wherever stdout goes, but passes
+    through /proc on its way, which is what decides."""
+    current = Path("/")
+    queue = list(Path(os.path.abspath(path)).parts[1:])
+    visited: list[Path] = []
+    hops = 0
+    while queue:
+        name = queue.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.parent
+            continue
+        step = current / name
+        visited.append(step)
+        if not os.path.islink(step):
+            current = step
+            continue
+        hops += 1
+        if hops > 40:
+            raise FileRefused(f"{path}: too many levels of symbolic links")
+        link = Path(os.readlink(step))
+        if link.is_absolute():
+            current = Path("/")
+            queue = list(link.parts[1:]) + queue
+        else:
+            queue = list(link.parts) + queue
+    return current, visited
 
 
 def _writable_parent(given: Path, target: Path) -> None:
