@@ -155,6 +155,31 @@ def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
     return checked.int_list(text, flag)
 
 
+def shown_text(text: str | None, tokens: list[int]) -> str:
+    """What generate prints for the new tokens: their text, with control characters shown as
+    escapes (a random checkpoint's bytes would otherwise reach the terminal raw); the token
+    ids when there is no tokenizer, and beside a note when the text has nothing printable
+    (random weights pick arbitrary byte tokens: the line would look empty)."""
+    ids = " ".join(map(str, tokens))
+    if text is None:
+        return ids
+    shown = "".join(c if c.isprintable() or c in "\n\t" else _escape(c) for c in text)
+    if any(c.isprintable() and not c.isspace() for c in text):
+        return shown
+    if not tokens:
+        return "(no new tokens)"
+    what = f'"{shown}" ' if shown else ""
+    return (
+        f"{what}(note: the {len(tokens)} new tokens decode to no printable text, as a "
+        f"random-weight checkpoint's usually do; token ids: {ids})"
+    )
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def run(args: argparse.Namespace) -> int:
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import encode_prompt, load_engine, load_tokenizer
@@ -204,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     tokens = result.tokens[0]
     text = result.text[0] if result.text is not None else None
 
-    print(text if text is not None else " ".join(map(str, tokens)))
+    print(shown_text(text, tokens))
     label = "" if result.device == "cuda" else " (CPU: a correctness run, not a speed figure)"
     print(
         f"{len(prompt)} prompt + {len(tokens)} new tokens ({result.stop_reasons[0]}); "

@@ -5,7 +5,8 @@
 In order, each refusal a one-line PackError naming the pack and the program:
   1. the pack's trust (packs/trust.py), unless this process already admitted it (`pack.trust`);
   2. the file is read once, as a regular file (a FIFO is refused, never opened for reading);
-     its bytes must match the content hash pack.json records for it;
+     its bytes must match the content hash pack.json records for it (every time: a program
+     changed after an earlier load is refused, not served from the earlier import);
   3. those bytes pass the evaluator's static check (evaluate/static.py: allowlisted imports,
      no I/O, process control, introspection or patching of libraries), as every search
      candidate did; the EVOLVE-BLOCK markers it also asks for are the search's business, so a
@@ -51,9 +52,7 @@ def import_program(pack: Pack, program: str, entry: str) -> Callable[..., Any]:
             f"{where} has no content hash in pack.json (a pack written before content hashes; "
             f"run evokernel tune --out {pack.path} again to rewrite it)"
         )
-    module = _MODULES.get(want)
-    if module is None:
-        module = _import(pack, program, want, where)
+    module = _import(pack, program, want, where)
     fn = getattr(module, entry, None)
     if not callable(fn) or isinstance(fn, type):
         raise PackError(f"{where} defines no function {entry!r}")
@@ -74,6 +73,9 @@ def _import(pack: Pack, program: str, want: str, where: str) -> types.ModuleType
             f"{where} does not match its content hash in pack.json (it was changed after the "
             f"pack was written: {got[:23]}..., recorded {want[:23]}...): refused"
         )
+    module = _MODULES.get(want)
+    if module is not None:  # this text was checked and imported before: the same module
+        return module
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -88,11 +88,6 @@ def open_pack(
     policy = policy or PackPolicy()
     say = notes or _stderr
     trust = decide(pack, policy.trust_unsigned)
-    if trust == FLAGGED:
-        say(
-            f"note: kernel pack {pack.path} is not signed by this user's key; its programs run "
-            f"because of {FLAG}"
-        )
     admitted = dataclasses.replace(pack, trust=trust)
     functions: dict[str, Callable[..., Any]] = {}
     for table in admitted.tasks.values():
@@ -101,15 +96,22 @@ def open_pack(
                 functions[entry.program] = import_program(
                     admitted, entry.program, entry_point(table.op)
                 )
+    lines = []
+    if trust == FLAGGED:
+        lines.append(
+            f"note: kernel pack {pack.path} is not signed by this user's key; its programs run "
+            f"because of {FLAG}"
+        )
     if functions:
         result = self_check(
             admitted, cfg, device, dtype, engine_layer, functions, max_len, policy.strict
         )
-        for line in warnings(admitted, result):
-            say(f"warning: {line}")
+        lines += [f"warning: {line}" for line in warnings(admitted, result)]
         if result.checks:
-            say(result.summary(admitted))
+            lines.append(result.summary(admitted))
         admitted = result.apply(admitted)
+    for line in lines:  # once admitted: a refusal stays the only line
+        say(line)
     _OPENED[key] = _Opened(pack.to_dict(), max_len, admitted)
     return admitted
 
