@@ -42,7 +42,15 @@ ticking() {
   local label=$1 start rc=0
   shift
   start=$(date +%s)
-  (while sleep "${EVOKERNEL_TICK_S:-20}"; do echo "   ... $label ($(($(date +%s) - start)) s)"; done) &
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM # its sleep goes with it
+    while :; do
+      sleep "${EVOKERNEL_TICK_S:-20}" &
+      nap=$!
+      wait "$nap"
+      echo "   ... $label ($(($(date +%s) - start)) s)"
+    done
+  ) &
   ticker=$!
   trap stop_ticker EXIT
   "$@" || rc=$?

@@ -51,7 +51,11 @@ ticking() {
   shift
   start=$(date +%s)
   (
-    while sleep "${EVOKERNEL_TICK_S:-20}"; do
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM # its sleep goes with it
+    while :; do
+      sleep "${EVOKERNEL_TICK_S:-20}" &
+      nap=$!
+      wait "$nap"
       last=$(tail -n 1 "$log" 2>/dev/null | cut -c1-100 || true)
       echo "$label ($(($(date +%s) - start)) s)${last:+; pip: $last}" >&3
     done
