@@ -5,9 +5,9 @@ seed program (Triton) at a checkpoint's shape (a random `qwen3-0.6b` unless --mo
 Times `open_pack` for an engine of context 160 (one bucket: a short generate), 4096 (5
 buckets) and the model's every bucket (9 up to 40960 for Qwen3-0.6B), each first in this
 process (Triton compiles the program's kernels, which an engine's warm-up would compile too)
-and again (warm), then runs `evokernel generate --kernels` once for the whole picture. The pack
-is signed with a key in a temporary directory, removed at the end with everything else. Prints a table
-and writes $OUT/pack_selfcheck.json when OUT is set.
+and again (warm), then runs `evokernel generate --kernels` once for the whole picture. The
+pack is signed with a key in a temporary directory, removed at the end with everything else.
+Prints a table and writes $OUT/pack_selfcheck.json when OUT is set.
 
     PYTHONPATH=src python3 scripts/gpu/pack_selfcheck_cost.py [--model DIR] [--device cuda|cpu]
 
