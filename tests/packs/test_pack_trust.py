@@ -220,7 +220,7 @@ def test_pack_json_that_is_a_fifo_is_refused_without_hanging(
     (pack / "pack.json").unlink()
     os.mkfifo(pack / "pack.json")
     code, _, err = _generate(tiny_fp32, pack)  # would block forever if it opened the FIFO
-    _one_line(code, err, f"kernel pack {pack}: pack.json: is a FIFO, not a regular file")
+    _one_line(code, err, f"kernel pack {pack}: {pack / 'pack.json'} is a FIFO, not a regular file")
     program = write_hand_pack(tmp_path / "prog", Qwen3Config.from_dir(tiny_fp32), {256: "x"})
     (program / "programs" / "layer-256.py").unlink()
     os.mkfifo(program / "programs" / "layer-256.py")

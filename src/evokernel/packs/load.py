@@ -82,7 +82,7 @@ def read_pack(path: str | Path) -> Pack:
     except FileNotFoundError:
         raise PackError(f"{where}: no {PACK_FILE} (write one with evokernel tune)") from None
     except FileRefused as err:
-        raise PackError(f"{where}: {PACK_FILE}: {str(err).removeprefix(str(file) + ' ')}") from None
+        raise PackError(f"{where}: {err}") from None
     except UnicodeDecodeError as err:
         raise PackError(f"{where}: cannot read {PACK_FILE}: {_reason(err)}") from None
     try:
