@@ -47,10 +47,9 @@ def kind(mode: int) -> str:
     return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
-def read_regular(path: str | Path, limit: int | None = None) -> bytes:
-    """The bytes of the regular file at `path` (at most `limit` + 1 when given, so a caller
-    can tell "too large"). FileNotFoundError propagates (callers word "missing" their way);
-    anything else that stops the read is a FileRefused line."""
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of the regular file at `path`. FileNotFoundError propagates (callers word
+    "missing" their way); anything else that stops the read is a FileRefused line."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -66,18 +65,9 @@ def read_regular(path: str | Path, limit: int | None = None) -> bytes:
             raise FileRefused(f"{p} is {kind(mode)}, not a regular file")
         os.set_blocking(f.fileno(), True)
         try:
-            return f.read() if limit is None else f.read(limit + 1)
+            return f.read()
         except OSError as err:
             raise FileRefused(f"{p}: cannot read ({err.strerror or err})") from None
-
-
-def read_text(path: str | Path) -> str:
-    """`read_regular` decoded as UTF-8 (a FileRefused line when it is not)."""
-    data = read_regular(path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise FileRefused(f"{path}: not UTF-8 text (byte {err.start})") from None
 
 
 def output_file(path: str | Path) -> Path:
@@ -168,4 +158,4 @@ def _writable_parent(given: Path, target: Path) -> None:
         raise FileRefused(f"{given}: {ancestor} is not writable")
 
 
-__all__ = ["FileRefused", "kind", "output_file", "read_regular", "read_text"]
+__all__ = ["FileRefused", "kind", "output_file", "read_regular"]
