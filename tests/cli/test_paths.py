@@ -185,3 +185,16 @@ def test_a_link_to_a_regular_file_is_written_through(tmp_path: Path) -> None:
 
     write_page(link, "new")
     assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_links_that_loop_or_lead_under_a_file_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run_dir(tmp_path)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    line = refused(capsys, ["report", str(run), "--out", str(tmp_path / "a")])
+    assert "too many levels of symbolic links" in line
+    (tmp_path / "file").write_text("x")
+    line = refused(capsys, ["report", str(run), "--out", str(tmp_path / "file" / "page.html")])
+    assert line.endswith("page.html lies under a file, not a directory")
