@@ -58,7 +58,7 @@ ticking() {
   return "$rc"
 }
 
-if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+if python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   device=cuda ops=triton steps=64
 else
   device=cpu ops=torch steps=8

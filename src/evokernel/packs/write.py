@@ -314,8 +314,8 @@ def format_pack(pack: Pack) -> str:
         lines.append(f"{task} (op {table.op}):")
         if table.measured and table.measured.get("stand_in"):
             lines.append(
-                f"  searched at a stand-in layer ({describe_shape(table.measured)}), not this "
-                "checkpoint's: its timings and winners say nothing about the model's shape"
+                f"  searched at a stand-in layer ({describe_shape(table.measured)}), smaller "
+                "than this checkpoint's"
             )
         rows = [("max_len", "scenario", "chosen", "speedup [95% CI]")]
         for e in table.entries:
