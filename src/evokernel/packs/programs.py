@@ -37,8 +37,6 @@ from evokernel.packs.format import Pack, PackError
 from evokernel.packs.trust import content_hash, decide
 
 _MODULES: dict[str, types.ModuleType] = {}  # content hash -> the imported program
-_START = "# EVOLVE-BLOCK-START"
-_END = "# EVOLVE-BLOCK-END"
 
 
 def import_program(pack: Pack, program: str, entry: str) -> Callable[..., Any]:
@@ -105,13 +103,14 @@ def static_problems(source: str) -> list[str]:
     """The evaluator's static check of a program (evaluate/static.py), minus its EVOLVE-BLOCK
     rule: marker lines are blanked (line numbers stay) and one empty block is appended."""
     from evokernel.evaluate.static import check_source, source_problems
+    from evokernel.tasks.blocks import END, START
 
     problems = source_problems(source)
     if problems:
         return problems
     lines = source.split("\n")
-    blanked = ["" if line.strip() in (_START, _END) else line for line in lines]
-    return check_source("\n".join([*blanked, _START, _END, ""]))
+    blanked = ["" if line.strip() in (START, END) else line for line in lines]
+    return check_source("\n".join([*blanked, START, END, ""]))
 
 
 @contextlib.contextmanager
