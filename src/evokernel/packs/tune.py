@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -271,9 +272,15 @@ class _Settling:
     def submit(
         self, problem: Problem, code: str, promote_above: float | None = None
     ) -> Future[Evaluation]:
-        future = self._inner.submit(problem, code, promote_above)
-        with self._lock:
-            self._pending.add(future)
+        # An interrupt between handing the evaluation over and noting its future would leave
+        # one running unseen: SIGINT/SIGTERM wait (blocked) until it is noted.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            future = self._inner.submit(problem, code, promote_above)
+            with self._lock:
+                self._pending.add(future)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         future.add_done_callback(self._done)
         return future
 
@@ -288,15 +295,19 @@ class _Settling:
         self._inner.close()
 
     def settle(self) -> None:
-        """Kill every evaluation's worker processes, then wait (bounded) for the evaluations
-        to return and the evaluator's idle workers to close."""
+        """Until the evaluations in flight have returned (at most SETTLE_S): kill their worker
+        processes, again as new ones start (an evaluation may not have reached its worker yet);
+        then close the evaluator's idle workers."""
         from evokernel.evaluate.process.launch import abort_all
         from evokernel.evaluate.process.pool import POOL
 
-        abort_all("interrupted")
-        with self._lock:
-            pending = list(self._pending)
-        wait(pending, timeout=self.SETTLE_S)
+        deadline = time.monotonic() + self.SETTLE_S
+        while time.monotonic() < deadline:
+            abort_all("interrupted")
+            with self._lock:
+                pending = list(self._pending)
+            if not wait(pending, timeout=0.2).not_done:
+                break
         POOL.drain()
 
 
