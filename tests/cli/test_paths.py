@@ -162,7 +162,7 @@ def test_report_names_what_a_directory_is(tmp_path: Path, capsys: pytest.Capture
     empty = tmp_path / "empty"
     empty.mkdir()
     line = refused(capsys, ["report", str(empty)])
-    assert "holds no evolve run (no programs.sqlite)" in line and "resume" not in line
+    assert "holds no run (no programs.sqlite)" in line and "resume" not in line
     pack = tmp_path / "pack"
     (pack / "runs" / "decode_layer").mkdir(parents=True)
     (pack / "runs" / "decode_layer" / "programs.sqlite").touch()

@@ -115,6 +115,6 @@ def _run_dir(path: Path) -> Path:
             f"(evokernel report {path / RUNS_DIR}/<task>){where}"
         )
     raise EvokernelError(
-        f"{path} holds no evolve run (no {DB_NAME}): give a run directory (evolve --out, or a "
-        "tune pack's runs/<task>) or bench decode JSON files"
+        f"{path} holds no run (no {DB_NAME}): give an evolve run directory (evolve --out, or "
+        "a tune pack's runs/<task>) or bench decode JSON files"
     )
