@@ -19,7 +19,8 @@
 #     (setuptools) is importable, else as a .pth file putting src/ on sys.path plus a small
 #     .venv/bin/evokernel wrapper. Otherwise pip installs what is missing from the index.
 #   * A failure ends with one line saying what is missing and how to get it; pip's own output
-#     is in .venv/setup-pip.log.
+#     is in .venv/setup-pip.log. While pip (or apt-get) works quietly, a line every 20 s says
+#     so, with the time spent and the log's last line.
 # Environment: PYTHON (interpreter to build the venv from, default python3), EVOKERNEL_CPU=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,40 @@ log=.venv/setup-pip.log
 die() {
   echo "setup: error: $*" >&2
   exit 1
+}
+
+# ticking LABEL CMD...: run CMD in the foreground (Ctrl-C reaches it) with a line every
+# ${EVOKERNEL_TICK_S:-20} s saying LABEL and the time spent (pip is silent for minutes);
+# returns CMD's status. The lines go to fd 3, the script's stdout, even where CMD's output is
+# redirected to the log. (run.sh has the same helper.)
+exec 3>&1
+ticker=
+stop_ticker() {
+  if [ -n "$ticker" ]; then
+    kill "$ticker" 2>/dev/null || true
+    wait "$ticker" 2>/dev/null || true
+    ticker=
+  fi
+}
+ticking() {
+  local label=$1 start rc=0
+  shift
+  start=$(date +%s)
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM # its sleep goes with it
+    while :; do
+      sleep "${EVOKERNEL_TICK_S:-20}" &
+      nap=$!
+      wait "$nap"
+      last=$(tail -n 1 "$log" 2>/dev/null | cut -c1-100 || true)
+      echo "$label ($(($(date +%s) - start)) s)${last:+; pip: $last}" >&3
+    done
+  ) &
+  ticker=$!
+  trap stop_ticker EXIT
+  "$@" || rc=$?
+  stop_ticker
+  return "$rc"
 }
 
 gpu=0
@@ -48,7 +83,8 @@ if [ "$extra" = test ] && [ -z "${EVOKERNEL_CHROMIUM:-}" ] && ! command -v chrom
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         -o DPkg::Lock::Timeout=300 chromium fonts-dejavu-core >/dev/null 2>&1
     }
-    apt_install || { apt-get update -q >/dev/null 2>&1 && apt_install; } \
+    ticking "setup: still installing chromium" apt_install \
+      || { apt-get update -q >/dev/null 2>&1 && ticking "setup: still installing chromium" apt_install; } \
       || echo "setup: chromium could not be installed; the browser tests will skip"
   else
     echo "setup: no chromium, and no root apt-get to install it; the browser tests will skip"
@@ -171,7 +207,8 @@ if missing=$(unmet deps 2>>"$log") && [ -z "$missing" ]; then
   drop_src_fallback
   if [ -n "$backend" ]; then
     why="no build backend in the venv: $backend"
-  elif ! .venv/bin/python -m pip install -q --no-index --no-build-isolation --no-deps -e . >>"$log" 2>&1; then
+  elif ! ticking "setup: still installing evokernel" .venv/bin/python -m pip install -q \
+    --no-index --no-build-isolation --no-deps -e . >>"$log" 2>&1; then
     why="pip could not install it offline, see $log"
   else
     why=
@@ -196,7 +233,8 @@ else
   drop_src_fallback
   pip_args=(-e ".[$extra]")
   [ -n "$constraints" ] && pip_args=(-c "$constraints" "${pip_args[@]}")
-  if ! .venv/bin/python -m pip install -q "${pip_args[@]}" >>"$log" 2>&1; then
+  if ! ticking "setup: still installing (downloads and builds)" \
+    .venv/bin/python -m pip install "${pip_args[@]}" >>"$log" 2>&1; then
     # One line: pip's first error, what is missing, and the command that would install it.
     reason=$(grep -m 1 -E '^\s*ERROR: ' "$log" | sed -E 's/^\s*ERROR: //' || true)
     specs=$(printf '%s\n' "$missing" | sed -E "s/ \(found .*\)$//; /^$/d; s/.*/'&'/" | paste -sd ' ' -)

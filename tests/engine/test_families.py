@@ -53,9 +53,9 @@ def _qwen2() -> object:
 
 
 def _qwen3() -> object:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM(Qwen3Config(**COMMON, head_dim=32))
+    return Qwen3ForCausalLM(ModelConfig(**COMMON, head_dim=32))
 
 
 FAMILIES = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3}

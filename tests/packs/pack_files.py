@@ -18,15 +18,16 @@ from evokernel.packs.format import (
     shape_key,
     software_versions,
 )
+from evokernel.packs.trust import content_hash, sign
 
 # A correct `decode_layer` made of the torch reference ops, counting its calls by context bound.
 LAYER_PROGRAM = (Path(__file__).with_name("torch_layer_program.py")).read_text()
 
-# A wrong one: drops the MLP. verify must fail with it.
-BROKEN_PROGRAM = """
-def decode_layer(h, *args):
-    return h
-"""
+# A wrong one with the right interface: it drops the MLP (its output has the right type,
+# shape and dtype; its values are wrong). The self-check catches it.
+_MLP = "    return h + F.linear(F.silu(gate_up[..., :inter]) * gate_up[..., inter:], down_proj)\n"
+assert _MLP in LAYER_PROGRAM
+WRONG_PROGRAM = LAYER_PROGRAM.replace(_MLP, "    return h\n")
 
 
 def write_hand_pack(
@@ -36,20 +37,24 @@ def write_hand_pack(
     *,
     device: str = "cpu",
     dtype: str = "float32",
+    signed: bool = True,
     **overrides: Any,
 ) -> Path:
     """A pack for `cfg` on `device`: the engine's context buckets of cfg, each bucket's
-    program source from `programs` (bound -> source; missing: baseline). `overrides` replace
-    top-level keys of pack.json (e.g. device=..., format=...)."""
+    program source from `programs` (bound -> source; missing: baseline), with the programs'
+    content hashes, signed with this user's (the tests') pack key unless `signed` is false.
+    `overrides` replace top-level keys of pack.json (e.g. device=..., format=...)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "programs").mkdir(exist_ok=True)
     entries = []
+    hashes = {}
     for bound in context_buckets(cfg.max_position_embeddings):
         source = (programs or {}).get(bound)
         program = "baseline"
         if source is not None:
             program = f"programs/layer-{bound}.py"
             (out / program).write_text(source)
+            hashes[program] = content_hash((out / program).read_bytes())
         entries.append({
             "max_len": bound, "scenario": f"b1_ctx{bound}", "context": bound,
             "program": program, "program_id": None if source is None else f"p{bound}",
@@ -65,6 +70,8 @@ def write_hand_pack(
         "software": software_versions(),
         "model": shape_key(cfg, dtype),
         "tasks": {"decode_layer@test": {"op": "decode_layer", "run": "", "dispatch": entries}},
+        "hashes": hashes,
+        "signature": sign(hashes) if signed else None,
     }
     doc.update(overrides)
     (out / "pack.json").write_text(json.dumps(doc, indent=2))
@@ -88,3 +95,14 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
+
+
+def program_calls(pack: Path, bound: int) -> list[int]:
+    """The CALLS list of the counting program serving bucket `bound` of the hand pack at `pack`
+    (the module this process imported for it: one per program text)."""
+    from evokernel.packs.load import read_pack
+    from evokernel.packs.programs import import_program
+
+    fn = import_program(read_pack(pack), f"programs/layer-{bound}.py", "decode_layer")
+    calls: list[int] = fn.__globals__["CALLS"]
+    return calls

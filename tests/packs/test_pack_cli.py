@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from pack_files import BROKEN_PROGRAM, LAYER_PROGRAM, edit_pack, run_cli, write_hand_pack
+from pack_files import (
+    LAYER_PROGRAM,
+    WRONG_PROGRAM,
+    edit_pack,
+    program_calls,
+    run_cli,
+    write_hand_pack,
+)
 
 from evokernel.engine.loading import load_engine
 from evokernel.model.config import ModelConfig
-from evokernel.ops.candidates import load_candidate
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the hand-written packs are CPU packs"
@@ -27,12 +33,6 @@ def pack(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _calls(pack: Path, bound: int) -> list[int]:
-    fn = load_candidate(pack / "programs" / f"layer-{bound}.py", "decode_layer")
-    calls: list[int] = fn.__globals__["CALLS"]
-    return calls
-
-
 GENERATE = ("--prompt-ids", "72,105,33,7", "--max-new-tokens", "6", "--ignore-eos")
 GENERATE += ("--device", "cpu", "--json")
 
@@ -43,7 +43,7 @@ def test_generate_with_a_pack(tiny_fp32: Path, pack: Path, ops: str) -> None:
     assert code == 0, err
     plain = json.loads(out.splitlines()[-1])
     assert plain["kernels"] is None
-    calls = _calls(pack, 256)
+    calls = program_calls(pack, 256)
     calls.clear()
     argv = ("generate", "--model", str(tiny_fp32), *GENERATE, "--ops", ops, "--kernels", str(pack))
     code, out, err = run_cli(*argv)
@@ -51,13 +51,15 @@ def test_generate_with_a_pack(tiny_fp32: Path, pack: Path, ops: str) -> None:
     packed = json.loads(out.splitlines()[-1])
     assert packed["kernels"] == str(pack) and f"kernels {pack}" in out
     assert packed["op_origin"]["decode_layer"] == f"pack:{pack}"
-    # 2 layers x 5 decode steps, each with the cache's bound (prompt + new tokens = 10)
-    assert calls == [10] * 10
+    # the self-check's call, then 2 layers x 5 decode steps, each with the cache's bound
+    # (prompt + new tokens = 10); buckets beyond it are not checked: the engine never runs them
+    assert calls == [10] * 11
+    assert "self-check of 1 program(s) in 1 bucket(s) against the engine's layer: 1 agree" in err
     if ops == "torch":  # the program is the torch ops: the same tokens, exactly
         assert packed["tokens"] == plain["tokens"]
 
 
-def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
+def test_verify_passes_with_a_pack_and_fails_with_a_wrong_one(
     tiny_fp32: Path, pack: Path, tmp_path: Path
 ) -> None:
     base = ("verify", "--model", str(tiny_fp32), "--steps", "6", "--device", "cpu", "--json")
@@ -67,9 +69,11 @@ def test_verify_passes_with_a_pack_and_fails_with_a_broken_one(
     assert record["passed"] and record["kernels"] == str(pack)
     assert record["ops"]["decode_layer"] == f"pack:{pack}"
     cfg = ModelConfig.from_dir(tiny_fp32)
-    broken = write_hand_pack(tmp_path / "broken", cfg, {256: BROKEN_PROGRAM})
-    code, out, err = run_cli(*base, "--kernels", str(broken))
-    assert code == 1 and "verify failed: KL mean" in err
+    wrong = write_hand_pack(tmp_path / "wrong", cfg, {256: WRONG_PROGRAM})
+    code, out, err = run_cli(*base, "--kernels", str(wrong))
+    # The self-check finds it before transformers loads: verify's self-check is strict.
+    assert code == 1 and err.startswith("verify failed: kernel pack") and err.count("\n") == 1
+    assert "program programs/layer-256.py disagrees with the reference" in err
 
 
 def test_engine_api_takes_a_pack_and_buckets_choose(tiny_fp32: Path, tmp_path: Path) -> None:
@@ -81,7 +85,7 @@ def test_engine_api_takes_a_pack_and_buckets_choose(tiny_fp32: Path, tmp_path: P
 
     cache = model.new_cache(1, 300)
     runner = DecodeRunner(model, cache, use_graph=False, greedy=True)
-    calls = _calls(pack, 256)
+    calls = program_calls(pack, 256)
     calls.clear()
     for position in (10, 255, 256, 299):  # seq_lens 11, 256 -> bucket 256; 257, 300 -> 300
         runner.start(torch.tensor([3]), torch.tensor([position], dtype=torch.int32))

@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from pack_files import LAYER_PROGRAM, run_cli, write_hand_pack
+from pack_files import LAYER_PROGRAM, program_calls, run_cli, write_hand_pack
 
 from evokernel.model.config import ModelConfig
 from evokernel.model.random import write_random_checkpoint
-from evokernel.ops.candidates import load_candidate
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +28,7 @@ def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Pa
     pack = write_hand_pack(
         tmp_path / "pack", cfg, {256: LAYER_PROGRAM}, device="cuda", dtype="bfloat16"
     )
-    calls = load_candidate(pack / "programs" / "layer-256.py", "decode_layer").__globals__["CALLS"]
+    calls = program_calls(pack, 256)
     argv = ("generate", "--model", str(qwen_2layers), "--prompt-ids", "1,2,3,4",
             "--max-new-tokens", "300", "--ignore-eos", "--ops", "torch", "--json")  # fmt: skip
     code, out, err = run_cli(*argv)
@@ -40,8 +39,10 @@ def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Pa
     assert code == 0, err
     packed = json.loads(out.splitlines()[-1])
     assert packed["cuda_graph"] and packed["op_origin"]["decode_layer"] == f"pack:{pack}"
-    # Buckets 256 and 304 (the cache): the program is captured in 256's graph only.
+    # Buckets 256 and 304 (the cache): the program is captured in 256's graph only (and ran
+    # once before, at bound 256, in the self-check).
     assert calls and set(calls) == {256}
+    assert "self-check of 1 program(s) in 1 bucket(s) against the engine's layer: 1 agree" in err
     assert packed["tokens"] == plain["tokens"]  # the program is the torch ops
     code, out, err = run_cli(
         "verify", "--model", str(qwen_2layers), "--steps", "16", "--kernels", str(pack), "--json"

@@ -6,6 +6,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -126,3 +131,103 @@ def test_tune_writes_a_pack_that_generate_loads_and_resumes(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iterations_done"] >= 1
     load_pack(pack, cfg, "cpu", torch.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU search's stand-in layer")
+def test_cpu_tune_says_it_searched_a_stand_in_and_the_pack_records_it(tmp_path: Path) -> None:
+    from evokernel.model.random import write_random_checkpoint
+
+    # hidden 512 is beyond what the interpreter runs quickly: the task's CPU scenarios use
+    # its stand-in (hidden 128), as they do for Qwen3-0.6B in ./run.sh.
+    model = write_random_checkpoint(tmp_path / "m", "tiny", seed=0, dtype="float32", hidden=512)
+    pack = tmp_path / "pack"
+    code, out, err = run_cli("tune", "--model", str(model), "--out", str(pack), "--device",
+                             "cpu", "--iterations", "0")  # fmt: skip
+    assert code == 0, err + out
+    stand_in = "hidden 128, heads 4:2, head_dim 32, intermediate 192"
+    assert f"on the CPU the search runs a stand-in layer ({stand_in}) instead of this " + (
+        "checkpoint's (hidden 512, heads 4:2, head_dim 32, intermediate 192)"
+    ) in " ".join(out.split())
+    assert f"searched at a stand-in layer ({stand_in}), smaller than this checkpoint's" in out
+    doc = json.loads((pack / "pack.json").read_text())
+    (table,) = doc["tasks"].values()
+    assert table["measured"] == {
+        "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "intermediate_size": 192, "stand_in": True,
+    }  # fmt: skip
+    assert doc["model"]["hidden_size"] == 512  # what the pack is for, checked by --kernels
+    assert doc["signature"]["scheme"] == "hmac-sha256" and doc["hashes"] == {}
+
+
+def _tune_process(model: Path, pack: Path, scratch: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, TMPDIR=str(scratch), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, "-m", "evokernel", "tune", "--model", str(model), "--out", str(pack),
+            "--iterations", "2", "--device", "cpu"]  # fmt: skip
+    pipe = subprocess.PIPE
+    return subprocess.Popen(argv, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
+def _interrupt(proc: subprocess.Popen[str], when: str, sig: int) -> tuple[int, str, str]:
+    """Send `sig` once a stdout line holds `when`; (exit code, stdout, stderr)."""
+    watchdog = threading.Timer(600, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if when in line:
+                proc.send_signal(sig)
+                break
+        out, err = proc.communicate()
+        return proc.returncode, "".join(seen) + out, err
+    finally:
+        watchdog.cancel()
+
+
+def _result(pack: Path) -> dict[str, object]:
+    """What a finished tune leaves, apart from times: the pack's tables, the run's programs
+    and its counts."""
+    (run,) = (pack / "runs").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    tables = json.loads((pack / "pack.json").read_text())["tasks"]
+    programs = {p.name: p.read_text() for p in sorted((run / "programs").iterdir())}
+    counts = {k: summary[k] for k in ("iterations_done", "evaluated")}
+    return {"tables": tables, "programs": programs, "counts": counts}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU search")
+def test_interrupted_tune_writes_no_pack_and_resumes_to_the_same_result(
+    tiny_fp32: Path, tmp_path: Path
+) -> None:
+    ref = tmp_path / "ref"
+    argv = ("tune", "--model", str(tiny_fp32), "--out", str(ref), "--iterations", "2",
+            "--device", "cpu")  # fmt: skip
+    code, _, err = run_cli(*argv)
+    assert code == 0, err
+    want = _result(ref)
+    # SIGINT (Ctrl-C) as the run starts (its seed not yet evaluated); SIGTERM with one
+    # iteration of two done, then resumed by the command it prints.
+    for sig, when, exit_code in ((signal.SIGINT, "local backend", 130),
+                                 (signal.SIGTERM, "iter 1/2", 143)):  # fmt: skip
+        pack, scratch = tmp_path / sig.name, tmp_path / f"tmp-{sig.name}"
+        scratch.mkdir()
+        code, out, err = _interrupt(_tune_process(tiny_fp32, pack, scratch), when, sig)
+        assert code == exit_code, (out, err)
+        command = f"evokernel tune --model {tiny_fp32} --out {pack} --iterations 2 --device cpu"
+        assert err == (
+            f"interrupted ({sig.name}): no pack written; the search in {pack / 'runs'} resumes "
+            f"with the same command: {command}\n"
+        ), err  # one line: no traceback, no thread's complaint
+        assert not (pack / "pack.json").exists()
+        assert [p.name for p in scratch.iterdir() if p.name.startswith("evokernel-")] == []
+    code, out, err = run_cli(*command.split()[1:])
+    assert code == 0, err
+    assert "resuming" in out
+    assert _result(pack) == {**want, "tables": _with_run(want["tables"], ref, pack)}
+
+
+def _with_run(tables: object, ref: Path, pack: Path) -> object:
+    return json.loads(json.dumps(tables).replace(str(ref), str(pack)))

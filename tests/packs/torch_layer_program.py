@@ -1,10 +1,24 @@
-"""A correct `decode_layer` program made of the torch reference ops (so the engine's tokens
-do not change), counting its calls by context bound in CALLS. It returns a new tensor (h is
-left as it was). Read as text by the pack tests and the decode_layer op tests."""
+"""A correct `decode_layer` program made of the engine's torch reference ops (the same torch
+calls as ops/reference.py, inlined: a pack program imports only what the evaluator's static
+check allows), so the engine's tokens do not change. It counts its calls by context bound in
+CALLS and returns a new tensor (h is left as it was). Read as text by the pack tests and the
+decode_layer op tests."""
 
-from evokernel.ops import reference as R
+import torch
+import torch.nn.functional as F
 
 CALLS = []
+
+
+def _rms_norm(x, weight, eps):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def decode_layer(
@@ -31,14 +45,34 @@ def decode_layer(
 ):
     CALLS.append(int(max_len))
     B = h.shape[0]
-    qkv = R.linear(R.rms_norm(h, input_norm, eps), qkv_proj, qkv_bias)
-    q = R.qk_norm_rope_append(
-        qkv.view(B, 1, -1), q_norm, k_norm, cos, sin, positions.view(B, 1), k_cache, v_cache, eps
-    )
+    hkv, D = k_cache.shape[1], k_cache.shape[3]
+    qkv = F.linear(_rms_norm(h, input_norm, eps), qkv_proj)
+    hq = qkv.shape[-1] // D - 2 * hkv
+    heads = qkv.view(B, 1, hq + 2 * hkv, D)
+    q = _rms_norm(heads[:, :, :hq], q_norm, eps)
+    k = _rms_norm(heads[:, :, hq : hq + hkv], k_norm, eps)
+    v = heads[:, :, hq + hkv :]
+    pos = positions.view(B, 1).long()
+    c = cos[pos].to(qkv.dtype).unsqueeze(2)
+    s = sin[pos].to(qkv.dtype).unsqueeze(2)
+    c, s = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
+    q = (q * c + _rotate_half(q) * s).contiguous()
+    k = k * c + _rotate_half(k) * s
+    rows = torch.arange(B, device=qkv.device).unsqueeze(1).expand(B, 1)
+    k_cache[rows, :, pos] = k.to(k_cache.dtype)
+    v_cache[rows, :, pos] = v.to(v_cache.dtype)
+
     n = min(max_len, k_cache.shape[2])
-    attn = R.decode_attention(
-        q.view(B, -1, q.shape[-1]), k_cache[:, :, :n], v_cache[:, :, :n], seq_lens, scale
-    ).reshape(B, -1)
-    h = h + R.linear(attn, o_proj)
-    act = R.silu_mul(R.linear(R.rms_norm(h, post_attn_norm, eps), gate_up_proj))
-    return h + R.linear(act, down_proj)
+    keys, values = k_cache[:, :, :n], v_cache[:, :, :n]
+    qg = q.view(B, hkv, hq // hkv, D)
+    scores = torch.matmul(qg, keys.transpose(-1, -2)) * scale
+    invalid = torch.arange(n, device=q.device).unsqueeze(0) >= seq_lens.unsqueeze(1)
+    scores = scores.masked_fill(invalid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    values = values.masked_fill(invalid[:, None, :, None], 0)
+    attn = torch.matmul(probs, values).reshape(B, hq * D)
+
+    h = h + F.linear(attn, o_proj)
+    gate_up = F.linear(_rms_norm(h, post_attn_norm, eps), gate_up_proj)
+    inter = gate_up.shape[-1] // 2
+    return h + F.linear(F.silu(gate_up[..., :inter]) * gate_up[..., inter:], down_proj)

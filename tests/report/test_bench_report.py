@@ -141,3 +141,57 @@ def test_real_cpu_smoke_result_renders_with_its_label(smoke_bench, open_page, tm
     assert log.errors == [] and log.requests == [page_path.resolve().as_uri()]
     series = page.locator("#throughput figcaption").first.inner_text()
     assert "evokernel" in series and "hf_eager" in series and "bandwidth floor" in series
+
+
+def _edited(edit):
+    doc = bench_doc(["evokernel"])
+    edit(doc)
+    return doc
+
+
+def _row(key, value):
+    return lambda d: d["results"][1].__setitem__(key, value)
+
+
+IMPOSSIBLE = {
+    "boolean tok/s": (_row("tok_s", True), "results[1].tok_s is True, not a finite number"),
+    "negative latency": (_row("ms_p50", -0.2), "results[1].ms_p50 is -0.2; it must be > 0"),
+    "zero tok/s": (_row("tok_s", 0), "results[1].tok_s is 0; it must be > 0"),
+    "negative floor share": (_row("pct_floor", -3.0), "results[1].pct_floor is -3.0"),
+    "string figure": (_row("ttft_ms", "7"), "results[1].ttft_ms is '7', not a finite number"),
+    "boolean steps": (_row("steps", True), "results[1].steps is True, not a positive integer"),
+    "fractional outliers": (_row("outliers", 1.5), "results[1].outliers is 1.5, not an integer"),
+    "percentiles out of order": (_row("ms_p99", 0.001), "P95"),
+    "boolean position": (_row("position", True), "results[1] names no system and position"),
+    "numeric error": (_row("error", 3), "results[1].error is 3, not text or null"),
+    "boolean weight bytes": (
+        lambda d: d["model"].__setitem__("weight_bytes", True),
+        "model.weight_bytes is not a positive integer",
+    ),
+    "negative copy bandwidth": (
+        lambda d: d["env"].__setitem__("copy_gbps", -1.0),
+        "env.copy_gbps is -1.0, not a positive number",
+    ),
+    "position zero": (
+        lambda d: d["options"].__setitem__("positions", [0, 1]),
+        "options.positions is not an array of integers >= 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPOSSIBLE))
+def test_impossible_figures_are_refused_by_report_and_compare(tmp_path, capsys, case):
+    edit, message = IMPOSSIBLE[case]
+    good = write(tmp_path / "good.json", bench_doc(["evokernel"]))
+    bad = write(tmp_path / "bad.json", _edited(edit))
+    for argv in (["report", str(bad)], ["bench", "decode", "--compare", str(good), str(bad)]):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", (argv, out)
+        assert err.startswith(f"error: {bad}: not a bench decode result file (") and (
+            message in err and err.count("\n") == 1
+        ), err
+    assert not bad.with_suffix(".html").exists()
+    # The unedited file passes both.
+    assert main(["bench", "decode", "--compare", str(good), str(good)]) == 0
+    capsys.readouterr()

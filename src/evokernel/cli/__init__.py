@@ -7,8 +7,10 @@ Each verb is a module in this package exposing::
         # adds its parser and sets `func=<callable(args) -> int>` as the default
 
 Verb modules are discovered at start, so adding a verb never edits this file. Errors derived
-from `EvokernelError` become one line on stderr and a non-zero exit; an interrupt exits 130 and
-a closed stdout pipe 141, quietly; nothing else is caught.
+from `EvokernelError` become one line on stderr and a non-zero exit; so do argparse's own
+(an unknown flag, a missing argument, a bad choice: `error: evokernel VERB: ... (see
+evokernel VERB --help)`, exit 2, instead of a usage block); an interrupt exits 130 and a
+closed stdout pipe 141, quietly; nothing else is caught.
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from evokernel import __version__
 from evokernel.errors import EvokernelError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (its sub-parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())
+        self.exit(2, f"error: {self.prog}: {line} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="evokernel",
         description=(
             "Qwen3 decode engine, trustworthy kernel evaluator and evolutionary kernel search."

@@ -11,6 +11,7 @@ top of its `run()`, before any work starts:
     model = existing_dir(args.model, "--model")
     cand = regular_file(args.candidate, "CANDIDATE")
     out = output_dir(args.out, "--out")                          # checked, not created
+    page = output_file(args.out, "--out")                        # a file to (re)write
 
 Why here and not in argparse `type=` callables: argparse reports a bad value as a usage block
 plus a message (several lines); these raise `ConfigError`, which the CLI prints as one
@@ -26,7 +27,10 @@ The rules, the same for every verb (`bench`, `tune`, `report` and later verbs in
   * lists have no empty items ("1,,2" is an error, not two items);
   * paths are never empty (an empty string would mean the current directory); an input file
     must be a regular file (a FIFO is never opened: reading one blocks), an input directory a
-    directory; an output directory must be creatable: not under a regular file.
+    directory; an output directory must be creatable: not under a regular file; an output
+    file may only replace a regular file (a device, FIFO, socket or directory there, or a
+    symlink leading under /proc, /sys or /dev, is refused and left as it is), and its
+    directory must exist or be creatable, writable (evokernel.files.output_file).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import re
 import stat
 from pathlib import Path
 
+from evokernel import files
 from evokernel.errors import ConfigError
 
 SEED_MAX = 2**63 - 1
@@ -160,6 +165,18 @@ def output_dir(path: str | Path, flag: str) -> Path:
     return p
 
 
+def output_file(path: str | Path, flag: str) -> Path:
+    """A file to write (or replace): see the rules above. Returns the path as given; the
+    writers check again when they write (minutes may pass), and write through a link to a
+    regular file rather than replacing the link."""
+    p = _path(path, flag)
+    try:
+        files.output_file(p)
+    except files.FileRefused as err:
+        raise ConfigError(f"{flag}: {err}") from None
+    return p
+
+
 def _path(path: str | Path, flag: str) -> Path:
     if not str(path).strip():
         raise ConfigError(f"{flag}: empty path")
@@ -176,15 +193,7 @@ def _stat(p: Path, flag: str, what: str) -> int:
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
+    return files.kind(mode)
 
 
 def _bounds(lo: float | None, hi: float | None, lo_open: bool = False) -> str:

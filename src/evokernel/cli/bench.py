@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evokernel.cli import args as checked
 from evokernel.cli.generate import add_engine_args
 from evokernel.errors import EvokernelError
 
@@ -58,21 +59,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="LIST",
         help=f"systems to run, in order (default {DEFAULT_BASELINES}; vllm only when importable)",
     )
-    d.add_argument("--steps", type=int, metavar="N", help="timed decode steps per position")
-    d.add_argument("--warmup", type=int, metavar="N", help="untimed decode steps first")
+    d.add_argument("--steps", metavar="N", help="timed decode steps per position (>= 2)")
+    d.add_argument("--warmup", metavar="N", help="untimed decode steps first (>= 0)")
     d.add_argument("--positions", metavar="LIST", help="context positions, e.g. 1,128,4096")
     add_engine_args(d)  # --device, --dtype, --ops, --kernels (our engine's op implementations)
     d.add_argument(
         "--power-window-ms",
-        type=float,
         metavar="MS",
-        help="how long the steps re-run under NVML power reading (default 500; 0: no power)",
+        help="how long the steps re-run under NVML power reading, in [0, 60000] (default 500; "
+        "0: no power)",
     )
     d.add_argument(
         "--max-minutes",
-        type=float,
         metavar="M",
-        help="start no new measurement after M minutes (those rows get an error)",
+        help="start no new measurement after M minutes, M > 0 (those rows get an error)",
     )
     d.add_argument(
         "--out",
@@ -133,7 +133,7 @@ def _options(args: argparse.Namespace) -> Any:
     from evokernel import device as devices
     from evokernel.bench.decode import CPU_LABEL, SUITES, DecodeBenchOptions
     from evokernel.bench.systems import SYSTEM_NAMES
-    from evokernel.cli.generate import parse_ids, resolve_ops
+    from evokernel.cli.generate import resolve_ops
     from evokernel.model.loader import resolve_dtype
 
     device = devices.resolve(args.device)
@@ -153,19 +153,32 @@ def _options(args: argparse.Namespace) -> Any:
     if len(set(systems)) != len(systems):
         raise EvokernelError("--baselines: a system is named twice")
     positions = (
-        tuple(parse_ids(args.positions, "--positions")) if args.positions else suite.positions
+        tuple(checked.int_list(args.positions, "--positions", lo=1))
+        if args.positions is not None
+        else suite.positions
     )
     dtype = devices.default_dtype(device) if args.dtype is None else resolve_dtype(args.dtype)
-    steps = suite.steps if args.steps is None else args.steps
-    warmup = suite.warmup if args.warmup is None else args.warmup
-    window = suite.power_window_ms if args.power_window_ms is None else args.power_window_ms
+    steps = suite.steps if args.steps is None else checked.integer(args.steps, "--steps", lo=2)
+    warmup = suite.warmup if args.warmup is None else checked.integer(args.warmup, "--warmup", lo=0)
+    window = (
+        suite.power_window_ms
+        if args.power_window_ms is None
+        else checked.real(args.power_window_ms, "--power-window-ms", lo=0.0, hi=60_000.0)
+    )
+    max_minutes = (
+        None
+        if args.max_minutes is None
+        else checked.real(args.max_minutes, "--max-minutes", lo=0.0, lo_open=True)
+    )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("out") / f"bench-decode-{suite_name}-{stamp}.json"
     if out.suffix != ".json":
         raise EvokernelError(f"--out must name a .json file, got {out}")
+    checked.output_file(out, "--out")  # and the CSV beside it: both before any measurement
+    checked.output_file(out.with_suffix(".csv"), "--out (its CSV)")
     dtype_name = str(dtype).removeprefix("torch.")
     ops = resolve_ops(args)
-    kernels = _kernels(args, device, dtype)
+    kernels = _kernels(args)
     if kernels is not None and "evokernel_pack" not in systems:
         at = systems.index("evokernel") + 1 if "evokernel" in systems else len(systems)
         systems = (*systems[:at], "evokernel_pack", *systems[at:])
@@ -176,7 +189,7 @@ def _options(args: argparse.Namespace) -> Any:
         f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
         f"--device {device} --dtype {dtype_name} --ops {ops} --power-window-ms {window:g}"
         + (f" --suite {suite_name}" if device == "cuda" else "")
-        + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes is not None else "")
+        + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + (f" --kernels {kernels}" if kernels is not None else "")
     )
     return DecodeBenchOptions(
@@ -191,26 +204,21 @@ def _options(args: argparse.Namespace) -> Any:
         power_window_ms=window,
         out=out,
         command=command,
-        max_minutes=args.max_minutes,
+        max_minutes=max_minutes,
         engine_ops=ops,
         engine_kernels=kernels,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
     )
 
 
-def _kernels(args: argparse.Namespace, device: str, dtype: Any) -> Path | None:
-    """--kernels, checked against the checkpoint, device and dtype before anything runs (a
-    refused pack is one line and exit 2, not a row of errors)."""
-    from evokernel import device as devices
-    from evokernel.cli.generate import kernels_dir
-    from evokernel.model.config import ModelConfig
-    from evokernel.packs.load import load_pack
+def _kernels(args: argparse.Namespace) -> Path | None:
+    """--kernels, opened for the engine before anything runs (fit, trust, static check,
+    import and self-check of every bucket: packs.use.open_pack; a refused pack is one line and
+    exit 2, not a row of errors). The systems that load it later reuse this outcome."""
+    from evokernel.cli.generate import kernels_dir, open_kernels
 
-    kernels = kernels_dir(args)
-    if kernels is not None:
-        devices.prepare(device)
-        load_pack(kernels, ModelConfig.from_dir(args.model), device, dtype)
-    return kernels
+    open_kernels(args, Path(args.model), None)
+    return kernels_dir(args)
 
 
 def _by_system(doc: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -255,7 +263,8 @@ def _print_table(doc: dict[str, Any]) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from evokernel.bench.compare import compare_files
 
-    c = compare_files(*args.compare)
+    a, b = (checked.regular_file(path, "--compare") for path in args.compare)
+    c = compare_files(a, b)
     print(f"B/A decode tok/s on {c.gpu or c.device}: A = {c.a}, B = {c.b}")
     print(
         f"{'system':<15}{'position':>9}{'tok/s A':>10}{'tok/s B':>10}{'B/A':>8}"

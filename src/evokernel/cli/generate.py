@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evokernel.cli import args as checked
 from evokernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from evokernel.packs.format import Pack
 
 ORDER = 20
 
@@ -80,7 +84,23 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--kernels",
         metavar="PACK_DIR",
         help="run the engine's decode layer with a kernel pack's programs (evokernel tune), "
-        "per context bucket; a pack from another GPU model, model shape or dtype is refused",
+        "per context bucket; a pack from another GPU model, model shape or dtype is refused, "
+        "and so is one this user's tune did not sign (see --trust-kernels). Each program is "
+        "first run once beside the engine's layer (the self-check); a bucket whose program "
+        "disagrees falls back to the engine's layer with a warning",
+    )
+    p.add_argument(
+        "--trust-kernels",
+        action="store_true",
+        help="run the --kernels pack's programs although this user's tune did not sign it: "
+        "they are Python code that runs in this process with your permissions (read them "
+        "first); their content hashes and the static check still apply (docs/packs.md)",
+    )
+    p.add_argument(
+        "--strict-kernels",
+        action="store_true",
+        help="stop (exit 2) when a --kernels program disagrees with the engine's layer in the "
+        "self-check, instead of falling back to the engine's layer for its bucket",
     )
 
 
@@ -89,6 +109,30 @@ def kernels_dir(args: argparse.Namespace) -> Path | None:
     if args.kernels is None:
         return None
     return checked.existing_dir(args.kernels, "--kernels")
+
+
+def open_kernels(
+    args: argparse.Namespace, model_dir: Path, max_len: int | None, strict: bool = False
+) -> Pack | None:
+    """The --kernels pack admitted for this command's engine (packs.use.open_pack: fit,
+    trust, static check, import, self-check), before any weight loads; None without
+    --kernels. `strict` makes the self-check strict whatever --strict-kernels says."""
+    from evokernel import device as devices
+    from evokernel.model.config import ModelConfig
+    from evokernel.model.loader import resolve_dtype
+    from evokernel.ops.registry import OpSet
+    from evokernel.packs.use import PackPolicy, open_pack
+
+    path = kernels_dir(args)
+    if path is None:
+        return None
+    device = devices.resolve(args.device)
+    devices.prepare(device)
+    dtype = devices.default_dtype(device) if args.dtype is None else resolve_dtype(args.dtype)
+    layer = OpSet.named(resolve_ops(args), False if args.no_pdl else None).decode_layer
+    policy = PackPolicy(args.trust_kernels, strict or args.strict_kernels)
+    cfg = ModelConfig.from_dir(model_dir)
+    return open_pack(path, cfg, device, dtype, layer, max_len=max_len, policy=policy)
 
 
 def resolve_ops(args: argparse.Namespace) -> str:
@@ -109,6 +153,31 @@ def resolve_ops(args: argparse.Namespace) -> str:
 def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
     """Comma-separated token ids (see `evokernel.cli.args.int_list`)."""
     return checked.int_list(text, flag)
+
+
+def shown_text(text: str | None, tokens: list[int]) -> str:
+    """What generate prints for the new tokens: their text, with control characters shown as
+    escapes (a random checkpoint's bytes would otherwise reach the terminal raw); the token
+    ids when there is no tokenizer, and beside a note when the text has nothing printable
+    (random weights pick arbitrary byte tokens: the line would look empty)."""
+    ids = " ".join(map(str, tokens))
+    if text is None:
+        return ids
+    shown = "".join(c if c.isprintable() or c in "\n\t" else _escape(c) for c in text)
+    if any(c.isprintable() and not c.isspace() for c in text):
+        return shown
+    if not tokens:
+        return "(no new tokens)"
+    what = f'"{shown}" ' if shown else ""
+    return (
+        f"{what}(note: the {len(tokens)} new tokens decode to no printable text, as a "
+        f"random-weight checkpoint's usually do; token ids: {ids})"
+    )
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         prompt = encode_prompt(model_dir, args.prompt)
     cfg.check_tokens(prompt, max_new, "--max-new-tokens")
+    pack = open_kernels(args, model_dir, len(prompt) + max_new)
     model = load_engine(
         model_dir,
         args.device,
@@ -146,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         ops,
         max_seq_len=len(prompt) + max_new,
         pdl=False if args.no_pdl else None,
-        kernels=kernels,
+        kernels=pack,
     )
     options = GenerateOptions(
         max_new_tokens=max_new,
@@ -159,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     tokens = result.tokens[0]
     text = result.text[0] if result.text is not None else None
 
-    print(text if text is not None else " ".join(map(str, tokens)))
+    print(shown_text(text, tokens))
     label = "" if result.device == "cuda" else " (CPU: a correctness run, not a speed figure)"
     print(
         f"{len(prompt)} prompt + {len(tokens)} new tokens ({result.stop_reasons[0]}); "

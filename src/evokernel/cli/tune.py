@@ -7,17 +7,21 @@ Runs (or resumes) one search per engine task in PACK_DIR/runs/<task> (evokernel.
 then writes PACK_DIR/pack.json and PACK_DIR/programs/ (evokernel.packs.write) and prints each
 run's summary, the pack's dispatch table and its path. Use the pack with `--kernels PACK_DIR`
 on generate, verify and bench decode. Exit 0 when the pack is written; 2 with one line on
-stderr for bad input; 130 when interrupted (run the same command again to resume).
+stderr for bad input; interrupted by SIGINT (Ctrl-C) or SIGTERM, it stops the search, writes
+no pack, leaves no scratch directory and exits 130 or 143, printing the command that resumes
+the run (the same one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from evokernel.cli import args as checked
 
@@ -73,8 +77,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+class _Signals:
+    """SIGINT and SIGTERM as KeyboardInterrupt, the first one only: a second signal while the
+    search shuts down (workers stopped, the run's state recorded) is noted and ignored, so the
+    shutdown completes and leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+            raise KeyboardInterrupt
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The tune command that resumes this one's run (the same flags)."""
+    parts = ["evokernel", "tune", "--model", args.model, "--out", args.out]
+    for flag, value in (
+        ("--budget-minutes", args.budget_minutes),
+        ("--iterations", args.iterations),
+        ("--device", args.device),
+        ("--config", args.config),
+    ):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,16 +132,19 @@ def run(args: argparse.Namespace) -> int:
         if args.iterations is not None
         else None
     )
-    signal.signal(signal.SIGTERM, _terminate)
     request = TuneRequest(model, out, budget, iterations, args.device, config)
-    try:
-        outcome = tune(request, stream=sys.stdout)
-    except KeyboardInterrupt:
-        print(
-            f"interrupted: run the same tune command again to resume ({Path(out) / 'runs'})",
-            file=sys.stderr,
-        )
-        return 130
+    with _Signals() as signals:
+        try:
+            outcome = tune(request, stream=sys.stdout)
+        except KeyboardInterrupt:
+            code = 128 + (signals.received or signal.SIGINT)
+            name = signal.Signals(code - 128).name
+            print(
+                f"interrupted ({name}): no pack written; the search in {Path(out) / 'runs'} "
+                f"resumes with the same command: {resume_command(args)}",
+                file=sys.stderr,
+            )
+            return code
     for r in outcome.runs:
         print(r.text)
     print(format_pack(outcome.pack))

@@ -6,7 +6,8 @@
 
 Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
 bf16/fp16 as close to the float32 model as transformers itself); 1 with a one-line reason
-otherwise.
+otherwise, a --kernels program that disagrees with the reference in the pack's self-check
+included (verify's self-check is always strict).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import json
 import sys
 
 from evokernel.cli import args as checked
-from evokernel.cli.generate import add_engine_args, kernels_dir, parse_ids, resolve_ops
+from evokernel.cli.generate import (
+    add_engine_args,
+    kernels_dir,
+    open_kernels,
+    parse_ids,
+    resolve_ops,
+)
 
 ORDER = 30
 
@@ -57,13 +64,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.engine.verify import PRECISION_FACTOR, verify
+    from evokernel.engine.verify import PRECISION_FACTOR, default_prompt, verify
+    from evokernel.model.config import ModelConfig
+    from evokernel.packs.selfcheck import SelfCheckFailed
 
     model_dir = checked.existing_dir(args.model, "--model")
     steps = checked.integer(args.steps, "--steps", lo=1)
     threshold = None if args.threshold is None else checked.real(args.threshold, "--threshold", 0.0)
     prompt = parse_ids(args.prompt_ids) if args.prompt_ids is not None else None
     kernels = kernels_dir(args)
+    if kernels is not None:
+        cfg = ModelConfig.from_dir(model_dir)
+        ids = prompt if prompt is not None else default_prompt(cfg.vocab_size)
+        cfg.check_tokens(ids, steps, "--steps")  # as verify() does, before the pack's check
+        try:  # the pack's programs against the reference first: a wrong one fails verify
+            open_kernels(args, model_dir, len(ids) + steps, strict=True)
+        except SelfCheckFailed as err:
+            print(f"FAIL: {err}")
+            print(f"verify failed: {err}", file=sys.stderr)
+            return 1
     result = verify(
         model_dir,
         device=args.device,

@@ -5,10 +5,11 @@
 `device` None picks CUDA when present; `dtype` None picks the device default (bfloat16 on CUDA,
 float32 on CPU); `pdl` None launches the Triton decode kernels with programmatic dependent
 launch where the GPU supports it (False turns it off); `kernels` a kernel pack directory (or
-a loaded `Pack`): checked against the checkpoint's config, the device and the dtype before any
-weight loads (a refusal is one `PackError` line), then `decode_layer` runs its programs
-(`OpSet.with_pack`). The Triton mode is set for the device (`evokernel.device.prepare`) before
-any kernel or candidate is imported.
+a `Pack` from `packs.use.open_pack`): checked against the checkpoint's config, the device and
+the dtype, trusted, imported and self-checked before any weight loads (`open_pack`; a refusal
+is one `PackError` line), then `decode_layer` runs its programs (`OpSet.with_pack`). The
+Triton mode is set for the device (`evokernel.device.prepare`) before any kernel or candidate
+is imported.
 """
 
 from __future__ import annotations
@@ -47,14 +48,10 @@ def load_engine(
     dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
     opset = ops if isinstance(ops, OpSet) else OpSet.named(ops, pdl)
     if kernels is not None:
-        from evokernel.packs.format import Pack
-        from evokernel.packs.load import load_pack
+        from evokernel.packs.use import open_pack
 
-        pack = (
-            kernels
-            if isinstance(kernels, Pack)
-            else load_pack(kernels, _config(model_dir), dev, dt)
-        )
+        layer = opset.decode_layer
+        pack = open_pack(kernels, _config(model_dir), dev, dt, layer, max_len=max_seq_len)
         opset = opset.with_pack(pack)
     cfg, weights = load_model(model_dir, device=dev, dtype=dt)
     return DecoderModel(cfg, weights, opset, max_seq_len=max_seq_len)

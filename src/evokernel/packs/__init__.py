@@ -3,25 +3,41 @@
     PACK_DIR/pack.json        format, created, tool version; the device (GPU name, capability,
                               driver), torch/Triton/CUDA versions; the model's shape key; per
                               task the dispatch table: context bounds -> program or "baseline",
-                              each with its measured speedup and 95% interval
+                              each with its measured speedup and 95% interval; the programs'
+                              content hashes, signed with the tuning user's pack key
     PACK_DIR/programs/*.py    the chosen programs (each defines its task's entry point)
     PACK_DIR/runs/<task>/     the searches `evokernel tune` ran (resumable run directories)
 
     pack = write_pack([run_dir], cfg, out_dir, device)      # from finished runs (write.py)
-    pack = load_pack(pack_dir, cfg, device, dtype)          # validated, or PackError (load.py)
+    pack = open_pack(pack_dir, cfg, device, dtype, layer)   # fit, trust, static check, import,
+                                                            # self-check, or PackError (use.py)
     ops = OpSet.triton().with_pack(pack)                    # decode_layer per context bucket
     model = load_engine(dir, device, kernels=pack_dir)      # the same, for the CLI
 
 Modules: format.py (the file format, device and shape keys), write.py (the dispatch rule and
-writing a pack from run directories), load.py (reading and refusing), dispatch.py (the op that
-picks a program per call), tune.py (`evokernel tune`: searches, then `write_pack`).
-The format and the rule are in docs/layer-task.md.
+writing a pack from run directories), load.py (reading and refusing what does not fit),
+trust.py (content hashes, this user's key, who may run a pack's code), programs.py (importing
+a program: hash, static check, guarded import), selfcheck.py (each program beside the engine's
+layer before the first step), use.py (`open_pack`: all of that, the one way an engine takes a
+pack), dispatch.py (the op that picks a program per call), tune.py (`evokernel tune`: searches,
+then `write_pack`). The format and the rule are in docs/layer-task.md, the trust model and the
+self-check in docs/packs.md.
 """
 
 from __future__ import annotations
 
 from evokernel.packs.format import Pack, PackEntry, PackError, TaskTable
 from evokernel.packs.load import load_pack
+from evokernel.packs.use import PackPolicy, open_pack
 from evokernel.packs.write import write_pack
 
-__all__ = ["Pack", "PackEntry", "PackError", "TaskTable", "load_pack", "write_pack"]
+__all__ = [
+    "Pack",
+    "PackEntry",
+    "PackError",
+    "PackPolicy",
+    "TaskTable",
+    "load_pack",
+    "open_pack",
+    "write_pack",
+]

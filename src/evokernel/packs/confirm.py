@@ -124,8 +124,7 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
         },
     )
     files = {p.relative_to(pack.path).as_posix(): p.read_text() for p in new.programs()}
-    save_pack(new, files)
-    return new
+    return save_pack(new, files)
 
 
 def _floor(control_ci: list[float] | None) -> float:

@@ -6,9 +6,10 @@
 
 `max_len` is the engine's host-side bound on the context (a Python int, the runner's bucket),
 so choosing costs no device work and no sync, and a captured CUDA graph holds the program of
-its own bucket. The pack's programs are imported once, here (ops/candidates.load_candidate;
-Triton's mode must be set first: `evokernel.device.prepare`). Apply a pack last: replacing one
-of decode_layer's parts afterwards re-composes decode_layer without the pack.
+its own bucket. The pack's programs are imported through packs/programs.py (hash, trust and
+static check first; once per process; Triton's mode must be set first:
+`evokernel.device.prepare`). Apply a pack last: replacing one of decode_layer's parts
+afterwards re-composes decode_layer without the pack.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from evokernel.ops.candidates import entry_point, load_candidate
+from evokernel.ops.candidates import entry_point
 from evokernel.packs.format import Pack, TaskTable
+from evokernel.packs.programs import import_program
 
 if TYPE_CHECKING:
     from evokernel.ops.registry import OpSet
@@ -32,7 +34,7 @@ class PackedOp:
         loaded: dict[str, Callable[..., Any]] = {}
         for e in table.entries:
             if not e.is_baseline and e.program not in loaded:
-                loaded[e.program] = load_candidate(pack.path / e.program, entry_point(table.op))
+                loaded[e.program] = import_program(pack, e.program, entry_point(table.op))
         self._fns = [baseline if e.is_baseline else loaded[e.program] for e in table.entries]
         self._bounds = [e.max_len for e in table.entries]
         self._chosen: dict[int, Callable[..., Any]] = {}

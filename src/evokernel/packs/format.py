@@ -25,12 +25,19 @@ pack.json, format version 1 (every key required unless marked):
              "program_id": "p0007" | null,
              "speedup": 1.06 | null,               median ratio vs the fastest baseline
              "speedup_ci": [1.02, 1.09] | null},   its bootstrap 95% interval
-            ...]}}
+            ...],
+          "measured": {"hidden_size": 128, ...,   the layer shape the search ran (optional;
+                       "stand_in": true}          on the CPU a stand-in of the model's)
+        }},
+      "hashes": {"programs/<file>.py": "sha256:<hex>", ...},   every program the tables name
+      "signature": {"scheme": "hmac-sha256", "key": "<key id>", "mac": "<hex>"} | null
     }
 
 `max_len` is the engine's host-side bound on the context (engine/graph.py `context_buckets`):
 the bound a CUDA graph is captured for. The dtype is the one the programs were checked and timed
-in (the device's default: bfloat16 on CUDA, float32 on the CPU).
+in (the device's default: bfloat16 on CUDA, float32 on the CPU). `hashes` and `signature` are
+the trust model's (packs/trust.py): a program runs only when its bytes match its hash and the
+pack is signed with this user's key, or the user says to trust it.
 """
 
 from __future__ import annotations
@@ -106,6 +113,9 @@ class TaskTable:
     entries: tuple[PackEntry, ...]
     run: str = ""
     rule: str = ""
+    # The layer shape the search measured (SHAPE_KEYS, plus "stand_in": true when it was a
+    # smaller stand-in of the model's layer, as on the CPU); None where not recorded.
+    measured: dict[str, Any] | None = None
 
     def entry_for(self, max_len: int) -> PackEntry:
         """The entry serving context bound `max_len`: the first whose max_len >= it, else
@@ -116,12 +126,15 @@ class TaskTable:
         return self.entries[-1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "op": self.op,
             "run": self.run,
             "rule": self.rule,
             "dispatch": [e.to_dict() for e in self.entries],
         }
+        if self.measured is not None:
+            out["measured"] = dict(self.measured)
+        return out
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,11 @@ class Pack:
     software: dict[str, Any]
     model: dict[str, Any]
     tasks: dict[str, TaskTable] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)  # program -> "sha256:<hex>"
+    signature: dict[str, Any] | None = None
+    # Not in pack.json: how this process came to trust the pack's programs (packs/trust.py),
+    # set by packs.use.open_pack once they are admitted; None before.
+    trust: str | None = field(default=None, compare=False)
 
     def table_for(self, op: str) -> TaskTable | None:
         """The dispatch table of the task that replaces engine op `op` (None: no such task)."""
@@ -153,6 +171,8 @@ class Pack:
             "software": self.software,
             "model": self.model,
             "tasks": {name: t.to_dict() for name, t in self.tasks.items()},
+            "hashes": dict(self.hashes),
+            "signature": self.signature,
         }
 
 

@@ -7,18 +7,22 @@ format or format version; malformed keys; an unknown dtype; a pack from another 
 (device names compared; a CPU pack on a GPU and the reverse too); another model shape (hidden,
 heads, kv heads, head_dim, intermediate); a dtype other than the engine's (when `dtype` is
 given); a dispatch table whose bounds do not ascend; a program file that is missing or lies
-outside the pack. Programs are not imported here (`OpSet.with_pack` does that, once).
+outside the pack; malformed `hashes` or `signature`. pack.json is read only when it is a
+regular file (a FIFO there is refused, never opened for reading). Programs are not imported
+here, nor is trust decided: packs.use.open_pack does both (packs/trust.py, programs.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from evokernel.files import FileRefused, kind, read_regular
 from evokernel.model.config import ModelConfig
 from evokernel.packs.format import (
     DTYPES,
@@ -36,6 +40,7 @@ from evokernel.packs.format import (
     shape_key,
     task_op,
 )
+from evokernel.packs.trust import is_content_hash
 
 
 def load_pack(
@@ -73,10 +78,12 @@ def read_pack(path: str | Path) -> Pack:
         raise PackError(f"{where}: no such directory")
     file = root / PACK_FILE
     try:
-        text = file.read_text()
+        text = read_regular(file).decode("utf-8")
     except FileNotFoundError:
         raise PackError(f"{where}: no {PACK_FILE} (write one with evokernel tune)") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except FileRefused as err:
+        raise PackError(f"{where}: {err}") from None
+    except UnicodeDecodeError as err:
         raise PackError(f"{where}: cannot read {PACK_FILE}: {_reason(err)}") from None
     try:
         doc = json.loads(text)
@@ -120,7 +127,30 @@ def read_pack(path: str | Path) -> Pack:
         software=software,
         model=model,
         tasks=tasks,
+        hashes=_hashes(where, doc.get("hashes")),
+        signature=_signature(where, doc.get("signature")),
     )
+
+
+def _hashes(where: str, value: Any) -> dict[str, str]:
+    """`hashes` (absent in packs written before content hashes: then empty, and every program
+    is refused when imported)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PackError(f"{where}: hashes must be an object")
+    for name, digest in value.items():
+        if not is_content_hash(digest):
+            raise PackError(f"{where}: hashes[{name!r}] is not 'sha256:' and 64 hex digits"[:300])
+    return dict(value)
+
+
+def _signature(where: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise PackError(f"{where}: signature must be an object of strings or null")
+    return dict(value)
 
 
 def _task(check: _Checker, root: Path, name: str, raw: Any) -> TaskTable:
@@ -155,7 +185,7 @@ def _task(check: _Checker, root: Path, name: str, raw: Any) -> TaskTable:
             PackEntry(
                 max_len=bound,
                 scenario=str(row.get("scenario", "")),
-                context=int(row.get("context") or 0),
+                context=_count(row.get("context")),
                 program=program,
                 program_id=row.get("program_id"),
                 speedup=_number(row.get("speedup")),
@@ -163,12 +193,14 @@ def _task(check: _Checker, root: Path, name: str, raw: Any) -> TaskTable:
                 end_to_end=_end_to_end(row.get("end_to_end")),
             )
         )
+    measured = raw.get("measured")
     return TaskTable(
         task=name,
         op=op,
         entries=tuple(entries),
         run=str(raw.get("run", "")),
         rule=str(raw.get("rule", "")),
+        measured=dict(measured) if isinstance(measured, dict) else None,
     )
 
 
@@ -176,8 +208,12 @@ def _program_file(where: str, root: Path, program: str, at: str) -> None:
     file = (root / program).resolve()
     if not file.is_relative_to(root.resolve()):
         raise PackError(f"{where}: {at}.program {program!r} lies outside the pack")
-    if not file.is_file():
-        raise PackError(f"{where}: program file {program} is missing")
+    try:
+        mode = file.stat().st_mode
+    except OSError:
+        raise PackError(f"{where}: program file {program} is missing") from None
+    if not stat.S_ISREG(mode):
+        raise PackError(f"{where}: program file {program} is {kind(mode)}, not a regular file")
 
 
 class _Checker:
@@ -195,6 +231,10 @@ class _Checker:
         if not isinstance(value, str) or not value:
             raise PackError(f"{self.where}: {at}.{key} must be a non-empty string")
         return value
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _number(value: Any) -> float | None:

@@ -16,20 +16,40 @@ it, a budget alone searches until the budget is spent; with neither, a new run t
 configuration's `budget.iterations` and a resumed run goes on to its own target (a run that
 only had a budget: the configuration's, never below what it has done). A resumed run keeps its
 stored configuration: `config` must then match it (budget and backend aside) or is refused.
-A PACK_DIR whose pack.json is for another GPU model or model shape is refused.
+A PACK_DIR whose pack.json is for another GPU model or model shape is refused, and so is one
+whose pack.json is not a regular file (never replaced), or an unusable pack key
+(packs/trust.py): all before the search starts.
+
+Interrupted (KeyboardInterrupt: the CLI turns SIGINT and SIGTERM into one), the search stops,
+its run records where it stood, and no pack is written from it: the interrupt propagates, and
+a pack.json this invocation had begun to replace (an interrupt while confirming on a GPU) is
+put back as it was. Running tune again resumes the run to the result an uninterrupted tune
+gives. On the CPU the search runs the task's stand-in layer (smaller than the checkpoint's:
+tasks/decode_layer/scenarios.py), which tune says, and the pack records (`measured`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import threading
 import time
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from evokernel.errors import ConfigError
+from evokernel.files import FileRefused, output_file
 from evokernel.model.config import ModelConfig
-from evokernel.packs.format import RUNS_DIR, Pack, safe_name
+from evokernel.packs.format import PACK_FILE, RUNS_DIR, Pack, safe_name
+from evokernel.packs.trust import ensure_key
+
+if TYPE_CHECKING:
+    from evokernel.evolve.backends.base import Backend, Evaluation
+    from evokernel.evolve.problem import Problem
 
 
 def engine_tasks(cfg: ModelConfig) -> list[str]:
@@ -83,7 +103,12 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
     devices.prepare(device)
     if req.out.exists() and not req.out.is_dir():
         raise ConfigError(f"--out: {req.out} is not a directory")
+    try:
+        output_file(req.out / PACK_FILE)
+    except FileRefused as err:
+        raise ConfigError(f"--out: {err}") from None
     _same_pack(req.out, cfg, device)
+    ensure_key()  # tune signs the pack it writes: an unusable key is found before the search
     tasks = engine_tasks(cfg)
     started = time.monotonic()
     runs = []
@@ -93,19 +118,69 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
             left = req.budget_minutes * 60 - (time.monotonic() - started)
             wall = max(left / (len(tasks) - i), 0.001)  # 0 would mean "no limit"
         run_dir = req.out / RUNS_DIR / safe_name(task)
-        runs.append(_search(task, run_dir, device, req, wall, out))
-    pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
-    if device == "cuda":  # a task scenario's win kept only where the whole step is faster
-        from evokernel.packs.confirm import confirm_pack
+        if device == "cpu":
+            _say_stand_in(task, cfg, out)
+        run = _search(task, run_dir, device, req, wall, out)
+        if run.stop_reason == "interrupted":  # the search caught it and recorded its state
+            raise KeyboardInterrupt
+        runs.append(run)
+    previous = _previous_pack(req.out)
+    try:
+        pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
+        if device == "cuda":  # a task scenario's win kept only where the whole step is faster
+            from evokernel.packs.confirm import confirm_pack
 
-        pack = confirm_pack(pack, req.model_dir, device, out)
+            pack = confirm_pack(pack, req.model_dir, device, out)
+    except BaseException:
+        _put_back(req.out, previous)
+        raise
     return TuneOutcome(pack, runs)
+
+
+def _say_stand_in(task: str, cfg: ModelConfig, stream: TextIO) -> None:
+    """On the CPU the task's scenarios run a stand-in of the checkpoint's layer: say so."""
+    from evokernel.packs.format import describe_shape, shape_key
+    from evokernel.packs.write import measured_shape
+    from evokernel.tasks import get_task
+
+    measured = measured_shape(get_task(task).scenarios("cpu"), cfg)
+    if measured is None or not measured["stand_in"]:
+        return
+    print(
+        f"tune {task}: on the CPU the search runs a stand-in layer ({describe_shape(measured)}) "
+        f"instead of this checkpoint's ({describe_shape(shape_key(cfg, 'float32'))}), under "
+        "Triton's interpreter: it shows the search working; nothing is timed, and the pack "
+        "keeps the engine's own layer in every bucket",
+        file=stream,
+    )
+
+
+def _previous_pack(out: Path) -> bytes | None:
+    """pack.json as it was before this invocation writes one (None: there was none)."""
+    from evokernel.files import read_regular
+
+    try:
+        return read_regular(out / PACK_FILE)
+    except FileNotFoundError:
+        return None
+
+
+def _put_back(out: Path, previous: bytes | None) -> None:
+    """Undo a pack.json written by an invocation that did not finish: no pack from it."""
+    file = out / PACK_FILE
+    with contextlib.suppress(OSError):
+        if previous is None:
+            file.unlink(missing_ok=True)
+        else:
+            tmp = file.with_name(f".{PACK_FILE}.restore")
+            tmp.write_bytes(previous)
+            os.replace(tmp, file)
 
 
 def _same_pack(out: Path, cfg: ModelConfig, device: str) -> None:
     """Refuse a PACK_DIR whose pack.json was tuned on another GPU model or for another model
     shape: its runs' timings would mix with this machine's, or its programs not fit."""
-    from evokernel.packs.format import PACK_FILE, PackError
+    from evokernel.packs.format import PackError
     from evokernel.packs.load import load_pack
 
     if not (out / PACK_FILE).exists():
@@ -165,11 +240,75 @@ def _search(
     data = session.cfg.to_dict()
     data["budget"]["wall_time_s"] = wall_s
     session.cfg = config_from_dict(data)  # this session's budget; the rest stays the run's
+    backend = session.backend = _Settling(session.backend)
     try:
         outcome = session.execute(stream=stream)
+        if outcome.stop_reason == "interrupted":
+            backend.settle()
+    except KeyboardInterrupt:
+        backend.settle()
+        raise
     finally:
         session.close()
     return TaskRun(task, run_dir, resumed, outcome.stop_reason, outcome.text())
+
+
+class _Settling:
+    """The search's backend, noting the evaluations in flight, so that an interrupted tune
+    can end them before this process exits: their worker processes are killed (and their
+    scratch directories removed) and their threads return. A daemon thread still inside
+    torch's C++ code when the interpreter exits aborts the process ("terminate called
+    without an active exception"), which a Ctrl-C must not do."""
+
+    SETTLE_S = 30.0
+
+    def __init__(self, inner: Backend) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.workers = inner.workers
+        self._pending: set[Future[Evaluation]] = set()
+        self._lock = threading.Lock()
+
+    def submit(
+        self, problem: Problem, code: str, promote_above: float | None = None
+    ) -> Future[Evaluation]:
+        # An interrupt between handing the evaluation over and noting its future would leave
+        # one running unseen: SIGINT/SIGTERM wait (blocked) until it is noted.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            future = self._inner.submit(problem, code, promote_above)
+            with self._lock:
+                self._pending.add(future)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[Evaluation]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def describe(self) -> str:
+        return self._inner.describe()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def settle(self) -> None:
+        """Until the evaluations in flight have returned (at most SETTLE_S): kill their worker
+        processes, again as new ones start (an evaluation may not have reached its worker yet);
+        then close the evaluator's idle workers."""
+        from evokernel.evaluate.process.launch import abort_all
+        from evokernel.evaluate.process.pool import POOL
+
+        deadline = time.monotonic() + self.SETTLE_S
+        while time.monotonic() < deadline:
+            abort_all("interrupted")
+            with self._lock:
+                pending = list(self._pending)
+            if not wait(pending, timeout=0.2).not_done:
+                break
+        POOL.drain()
 
 
 def _target(req: TuneRequest, configured: int, unlimited: int) -> int:

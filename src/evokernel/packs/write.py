@@ -18,13 +18,16 @@ interpreter nothing is timed, so every bucket is baseline.
 Scenario parameters come from the task (`get_task(name).scenarios(device)`), or from the
 caller (`scenarios`: task name -> scenarios). The chosen programs are copied to
 PACK_DIR/programs/<task>-<program id>.py (from the run's programs/ directory, else from its
-database); pack.json is written last, atomically, and program files it no longer names are
-removed.
+database); pack.json is written last, atomically, with the content hash of every program and
+their signature with this user's pack key (packs/trust.py), and program files it no longer
+names are removed. Each table records the layer shape its search measured (`measured`; on the
+CPU a stand-in smaller than the model's layer, marked `stand_in`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -36,6 +39,7 @@ import torch
 
 from evokernel import __version__
 from evokernel.errors import EvokernelError
+from evokernel.files import FileRefused, output_file, read_regular
 from evokernel.model.config import ModelConfig
 from evokernel.packs.format import (
     BASELINE,
@@ -52,6 +56,7 @@ from evokernel.packs.format import (
     software_versions,
     task_op,
 )
+from evokernel.packs.trust import content_hash, sign
 from evokernel.tasks.base import Scenario
 
 RULE = (
@@ -135,7 +140,14 @@ def write_pack(
             if source is not None:
                 files[entry.program] = source
             entries.append(entry)
-        tables[task] = TaskTable(task, op, tuple(entries), run=_relative(run, out), rule=RULE)
+        tables[task] = TaskTable(
+            task,
+            op,
+            tuple(entries),
+            run=_relative(run, out),
+            rule=RULE,
+            measured=measured_shape(public, cfg),
+        )
     pack = Pack(
         path=out,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -145,8 +157,26 @@ def write_pack(
         model=shape_key(cfg, _timed_dtype(device)),
         tasks=tables,
     )
-    save_pack(pack, files)
-    return pack
+    return save_pack(pack, files)
+
+
+def measured_shape(scenarios: Sequence[Scenario], cfg: ModelConfig) -> dict[str, Any] | None:
+    """The layer shape the public scenarios ran (pack.json's key names), with `stand_in`
+    true when it is not the checkpoint's own; None when the scenarios hold no shape."""
+    public = [s for s in scenarios if not s.hidden]
+    if not public or not all(k in public[0].params for k in _SCENARIO_KEYS.values()):
+        return None
+    shape = {key: int(public[0].params[name]) for key, name in _SCENARIO_KEYS.items()}
+    return {**shape, "stand_in": any(shape[k] != getattr(cfg, k) for k in shape)}
+
+
+_SCENARIO_KEYS = {
+    "hidden_size": "H",
+    "num_attention_heads": "Hq",
+    "num_key_value_heads": "Hkv",
+    "head_dim": "D",
+    "intermediate_size": "I",
+}
 
 
 def _timed_dtype(device: str) -> torch.dtype:
@@ -227,34 +257,48 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def save_pack(pack: Pack, files: Mapping[str, str]) -> None:
-    """Write `files` (pack-relative name -> source), then pack.json atomically; remove the
-    program files the previous pack.json named and this one does not."""
+def save_pack(pack: Pack, files: Mapping[str, str]) -> Pack:
+    """Write `files` (pack-relative name -> source), then pack.json atomically, with the
+    programs' content hashes (of the bytes written) signed by this user's key; remove the
+    program files the previous pack.json named and this one does not. Returns the pack as
+    written. A pack.json that is not a regular file is refused, never replaced."""
     from evokernel.evolve.rundir import atomic_write
 
+    named = {p.relative_to(pack.path).as_posix() for p in pack.programs()}
+    missing = sorted(named - set(files))
+    if missing:
+        raise PackError(f"kernel pack {pack.path}: no source given for {missing[0]}")
     out = pack.path
     if out.exists() and not out.is_dir():
         raise PackError(f"kernel pack {out} exists and is not a directory")
+    try:
+        output_file(out / PACK_FILE)
+    except FileRefused as err:
+        raise PackError(f"kernel pack {out}: {err}") from None
     try:
         (out / PROGRAMS_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise PackError(f"cannot create {out / PROGRAMS_DIR}: {err.strerror or err}") from None
     before = _named_programs(out)
-    for name, source in files.items():
+    hashes = {}
+    for name, source in sorted(files.items()):
         atomic_write(out / name, source)
+        hashes[name] = content_hash(read_regular(out / name))
+    pack = dataclasses.replace(pack, hashes=hashes, signature=sign(hashes))
     atomic_write(out / PACK_FILE, json.dumps(pack.to_dict(), indent=2) + "\n")
     for name in before - set(files):  # only files the previous pack.json named
         with contextlib.suppress(OSError):
             os.unlink(out / name)
+    return pack
 
 
 def _named_programs(out: Path) -> set[str]:
     """The program files an existing pack.json in `out` names (none when it is unreadable)."""
     try:
-        doc = json.loads((out / PACK_FILE).read_text())
+        doc = json.loads(read_regular(out / PACK_FILE))
         tables = doc["tasks"].values()
         names = {str(e["program"]) for t in tables for e in t["dispatch"]}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, EvokernelError, ValueError, TypeError, KeyError, AttributeError):
         return set()
     prefix = f"{PROGRAMS_DIR}/"
     return {n for n in names if n.startswith(prefix) and "/" not in n[len(prefix) :]}
@@ -268,6 +312,11 @@ def format_pack(pack: Pack) -> str:
     ]
     for task, table in pack.tasks.items():
         lines.append(f"{task} (op {table.op}):")
+        if table.measured and table.measured.get("stand_in"):
+            lines.append(
+                f"  searched at a stand-in layer ({describe_shape(table.measured)}), smaller "
+                "than this checkpoint's"
+            )
         rows = [("max_len", "scenario", "chosen", "speedup [95% CI]")]
         for e in table.entries:
             speed = "-"

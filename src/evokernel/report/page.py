@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from evokernel.evolve.rundir import atomic_write
+from evokernel.files import output_file
 from evokernel.report.svg import esc, script_json
 
 
@@ -23,9 +24,13 @@ def asset(name: str) -> str:
 
 
 def write_page(path: Path, text: str) -> Path:
-    """Write atomically, readable by others (a page is meant to be shared)."""
-    atomic_write(path, text)
-    os.chmod(path, 0o644)
+    """Write atomically, readable by others (a page is meant to be shared), and only over a
+    regular file: a device, FIFO or directory at `path`, or a link leading under /proc, /sys
+    or /dev, is refused in one line and left as it is (evokernel.files.output_file; the CLI
+    checks first, this holds for every caller)."""
+    target = output_file(path)  # a link to a regular file: that file is written
+    atomic_write(target, text)
+    os.chmod(target, 0o644)
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import EvokernelError
+from evokernel.files import output_file
 from evokernel.report.bench_data import BenchData, floor_tok_s, load_bench
 from evokernel.report.bench_page import floor_series, latency_series, throughput_series
 from evokernel.report.outcomes import finite
@@ -84,10 +85,15 @@ def _subtitle(data: BenchData) -> str:
     return f"{model} on {data.gpu}{label}"
 
 
+PNG_NAMES = ("decode_tok_s.png", "decode_pct_floor.png", "decode_latency.png")
+
+
 def write_bench_pngs(paths: list[Path], out_dir: Path) -> list[Path]:
     plt = _pyplot()
     data = load_bench(list(paths))
     out_dir = Path(out_dir)
+    for name in PNG_NAMES:  # only regular files are replaced (matplotlib writes in place)
+        output_file(out_dir / name)
     out_dir.mkdir(parents=True, exist_ok=True)
     sub = _subtitle(data)
     floor = Series("bandwidth floor", floor_tok_s(data), "#1d2329", dashed=True, markers=False)
@@ -97,14 +103,14 @@ def write_bench_pngs(paths: list[Path], out_dir: Path) -> list[Path]:
             [*throughput_series(data), floor],
             f"Decode throughput: {sub}",
             "tokens / s",
-            out_dir / "decode_tok_s.png",
+            out_dir / PNG_NAMES[0],
         ),
         _draw(
             plt,
             floor_series(data),
             f"Share of the bandwidth floor: {sub}",
             "% of the floor",
-            out_dir / "decode_pct_floor.png",
+            out_dir / PNG_NAMES[1],
             hline=(100.0, "floor (100%)"),
         ),
         _draw(
@@ -112,6 +118,6 @@ def write_bench_pngs(paths: list[Path], out_dir: Path) -> list[Path]:
             latency_series(data),
             f"Step latency P50 (solid) / P99 (dashed): {sub}",
             "ms per step",
-            out_dir / "decode_latency.png",
+            out_dir / PNG_NAMES[2],
         ),
     ]
