@@ -55,7 +55,7 @@ class Layout:
 
 
 def layout(w: PackedWeight) -> Layout:
-    N, K = w.shape
+    _N, K = w.shape
     if isinstance(w, Fp8Weight):
         gs, ng = w.block_k, next_pow2(cdiv(K, w.block_k))
         q, s = w.weight, w.scale
@@ -72,7 +72,8 @@ def layout(w: PackedWeight) -> Layout:
     p = w.perm if w.perm is not None else s
     assert q.stride(1) == 1 and s.stride(1) == 1 and z.stride(-1) == 1
     meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GW=gw, SCALE_ROWS=1,
-                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset, HAS_PERM=w.perm is not None)  # fmt: skip
+                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
+                HAS_PERM=w.perm is not None)  # fmt: skip
     row_bytes = ng * gw * 4 + ng * (s.element_size() + (1 if w.zeros is not None else 0))
     return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
                   ng * gw * per)  # fmt: skip
@@ -118,8 +119,8 @@ def norm_linear(
     *,
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
-    N, K = weight.shape
-    M = _check_rows(x, K)
+    _N, K = weight.shape
+    _check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     return _gemv(x, norm_weight, weight, eps, bias, tuning, norm=True)
 
@@ -154,7 +155,7 @@ def _gemv(
 def linear(x: torch.Tensor, weight: PackedWeight) -> torch.Tensor:
     """y = x @ W^T for any number of rows: the kernel up to LINEAR_KERNEL_ROWS, beyond it
     the weight dequantized to x's dtype and torch's matmul (prefill)."""
-    N, K = weight.shape
+    _N, K = weight.shape
     assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
     if x.shape[0] > LINEAR_KERNEL_ROWS or x.shape[0] == 0:
         return torch.nn.functional.linear(x, weight.dequantize(x.dtype))

@@ -89,9 +89,9 @@ class QuantConfig:
         # gptq
         if module == HEAD and not self.head:
             return None
-        if self.in_block is not None and module != HEAD:
-            if not any(module.endswith("." + name) for name in self.in_block):
-                return None
+        listed = self.in_block is None or any(module.endswith("." + n) for n in self.in_block)
+        if module != HEAD and not listed:
+            return None
         spec = self.default
         for pattern, override in self.dynamic:
             negative = pattern.startswith("-:")
@@ -149,6 +149,7 @@ def _parse_fp8(d: dict[str, Any], where: str) -> QuantConfig:
             f"{where}.weight_block_size {_show(block)} is not supported ([rows, columns] with "
             "columns a power of two in 16..1024; per-tensor FP8 is not read)"
         )
+    assert isinstance(block, list)
     spec = ModuleSpec("fp8", 8, block=(int(block[0]), int(block[1])))
     skip = _names(d.get("modules_to_not_convert"), f"{where}.modules_to_not_convert")
     return QuantConfig("fp8", spec, modules_to_not_convert=skip, raw=dict(d))
@@ -204,9 +205,7 @@ def _parse_gptq(d: dict[str, Any], where: str) -> QuantConfig:
                 f"{where}.modules_in_block_to_quantize must be a list of lists of names"
             )
         flat = tuple(names)
-    return QuantConfig(
-        "gptq", spec, head=head, dynamic=tuple(dynamic), in_block=flat, raw=dict(d)
-    )
+    return QuantConfig("gptq", spec, head=head, dynamic=tuple(dynamic), in_block=flat, raw=dict(d))
 
 
 def _parse_awq(d: dict[str, Any], where: str) -> QuantConfig:

@@ -114,7 +114,9 @@ def all_modules(cfg: ModelConfig) -> list[Module]:
     return [*out, head] if head is not None else out
 
 
-def module_tensors(m: Module, present: set[str]) -> dict[str, tuple[tuple[int, ...], tuple[str, ...]]]:
+def module_tensors(
+    m: Module, present: set[str]
+) -> dict[str, tuple[tuple[int, ...], tuple[str, ...]]]:
     """name -> (shape, allowed safetensors dtypes) of the tensors storing module `m`
     (`present`: the checkpoint's tensor names, for the optional `g_idx`)."""
     P, N, K, spec = m.prefix, m.rows, m.cols, m.spec
@@ -136,7 +138,7 @@ def module_tensors(m: Module, present: set[str]) -> dict[str, tuple[tuple[int, .
                 f"out_features must be multiples of {per})"
             )
         G = cdiv(K, gs)
-        out = {
+        out: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
             f"{P}.qweight": ((K // per, N), INT_DTYPES),
             f"{P}.qzeros": ((G, N // per), INT_DTYPES),
             f"{P}.scales": ((G, N), SCALE_DTYPES),

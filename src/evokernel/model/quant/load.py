@@ -114,13 +114,17 @@ def _projection(reader: _Reader, modules: list[Module], dtype: torch.dtype) -> W
         return parts[0] if len(parts) == 1 else torch.cat(parts)
     packed = [_module(reader, m) for m in modules]
     perms = [getattr(p, "perm", None) for p in packed]
-    if any(p is not None for p in perms):
-        if not all(p is not None and torch.equal(p, perms[0]) for p in perms):
-            names = ", ".join(f"{m.prefix}.g_idx" for m in modules)
-            raise CheckpointError(
-                f"tensors {names} order their columns differently; modules packed into one "
-                "projection must share their act-order"
-            )
+    first = perms[0]
+    if first is None:
+        shared = all(p is None for p in perms)
+    else:
+        shared = all(p is not None and torch.equal(p, first) for p in perms)
+    if not shared:
+        names = ", ".join(f"{m.prefix}.g_idx" for m in modules)
+        raise CheckpointError(
+            f"tensors {names} order their columns differently; modules packed into one "
+            "projection must share their act-order"
+        )
     return concat(packed)
 
 

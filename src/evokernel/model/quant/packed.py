@@ -82,9 +82,7 @@ class Fp8Weight(PackedWeight):
         return self.scale.repeat_interleave(self.block_n, 0)[: self.shape[0]].contiguous()
 
     def to(self, device: torch.device | str) -> Fp8Weight:
-        return Fp8Weight(
-            self.weight.to(device), self.scale.to(device), self.block_n, self.block_k
-        )
+        return Fp8Weight(self.weight.to(device), self.scale.to(device), self.block_n, self.block_k)
 
 
 @dataclass(eq=False)
@@ -211,7 +209,9 @@ def concat(parts: list[PackedWeight]) -> PackedWeight:
         assert all(p.block_k == first.block_k for p in fps), "parts share a block size"
         if all(p.block_n == first.block_n and p.shape[0] % p.block_n == 0 for p in fps):
             weight = torch.cat([p.weight for p in fps])
-            return Fp8Weight(weight, torch.cat([p.scale for p in fps]), first.block_n, first.block_k)
+            return Fp8Weight(
+                weight, torch.cat([p.scale for p in fps]), first.block_n, first.block_k
+            )
         weight = torch.cat([p.weight for p in fps])
         scale = torch.cat([p.row_scales() for p in fps])
         return Fp8Weight(weight, scale, 1, first.block_k)
@@ -220,9 +220,10 @@ def concat(parts: list[PackedWeight]) -> PackedWeight:
     assert len(ints) == len(parts) and all(type(p) is type(first) for p in ints)
     assert all(p.group_size == first.group_size and p.in_features == first.in_features
                and p.zero_offset == first.zero_offset for p in ints)  # fmt: skip
-    perms = [p.perm for p in ints]
-    if any(p is not None for p in perms):
-        assert all(p is not None and torch.equal(p, perms[0]) for p in perms), "one perm"
+    if first.perm is not None:
+        assert all(p.perm is not None and torch.equal(p.perm, first.perm) for p in ints)
+    else:
+        assert all(p.perm is None for p in ints), "parts share one column order"
     dtypes = {p.scales.dtype for p in ints}
     sdt = first.scales.dtype if len(dtypes) == 1 else torch.float32
     scales = torch.cat([p.scales.to(sdt) for p in ints])

@@ -1,9 +1,9 @@
 """Dense weights -> the published tensors of each layout, by round to nearest (no calibration).
 
-    fp8_block(w, (128, 128))          -> weight F8_E4M3 [N, K], weight_scale_inv F32
-    int_groups(w, bits, gs, sym)      -> q [N, K] (0 .. 2**bits - 1), scales F16 [N, G], zeros [N, G]
-    gptq_tensors(q, scales, zeros, bits)  -> qweight, qzeros (v1: zero - 1), scales, g_idx
-    awq_tensors(q, scales, zeros)     -> qweight, qzeros, scales (AutoAWQ GEMM order)
+    fp8_block(w, (128, 128))        -> weight F8_E4M3 [N, K], weight_scale_inv F32
+    int_groups(w, bits, gs, sym)    -> q [N, K] in 0..2**bits-1, scales F16 [N, G], zeros [N, G]
+    gptq_tensors(q, scales, zeros, bits, gs)  -> qweight, qzeros (v1: zero - 1), scales, g_idx
+    awq_tensors(q, scales, zeros)   -> qweight, qzeros, scales (AutoAWQ GEMM order)
 
 FP8 follows transformers' `Fp8Quantize`: per block, scale = amax / 448 (1 for an all-zero
 block), weight = clamp(w / scale, -448, 448) cast to e4m3 (round to nearest even), and the
@@ -98,7 +98,7 @@ def gptq_tensors(
 ) -> dict[str, torch.Tensor]:
     """GPTQ's published tensors of one module from `int_groups`' output (q [N, K], scales
     and zeros [N, G]): qweight [K/p, N], qzeros [G, N/p], scales [G, N], g_idx [K]."""
-    N, K = q.shape
+    _N, K = q.shape
     gs = K if group_size == -1 else group_size
     stored = (zeros - 1) & ((1 << bits) - 1) if v1 else zeros
     return {

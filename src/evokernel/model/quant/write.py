@@ -137,7 +137,9 @@ class QuantizeOptions:
         return d
 
 
-def write_quantized(model_dir: str | Path, out_dir: str | Path, opts: QuantizeOptions) -> dict[str, Any]:
+def write_quantized(
+    model_dir: str | Path, out_dir: str | Path, opts: QuantizeOptions
+) -> dict[str, Any]:
     """Quantize the dense checkpoint in `model_dir` into `out_dir` (new or empty)."""
     src = Path(model_dir)
     cfg = ModelConfig.from_dir(src)

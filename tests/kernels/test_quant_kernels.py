@@ -8,15 +8,10 @@ Run on the CPU under the Triton interpreter in float32 and float16 (bfloat16 on 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
-from kernel_checks import DTYPES, assert_close  # noqa: E402
-from quant_weights import (  # noqa: E402
+from kernel_checks import DTYPES, assert_close
+from quant_weights import (
     EPS,
     fp8_weight,
     int_weight,
@@ -27,8 +22,8 @@ from quant_weights import (  # noqa: E402
     ref_norm_linear,
 )
 
-from evokernel.ops import quant  # noqa: E402
-from evokernel.ops.decode import DecodeTuning, argmax_keys  # noqa: E402
+from evokernel.ops import quant
+from evokernel.ops.decode import DecodeTuning, argmax_keys
 
 # (bits, group, zeros, zero_offset, perm)
 INT_CASES = [
