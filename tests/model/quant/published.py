@@ -60,7 +60,7 @@ def _modules(tensors: dict[str, torch.Tensor], head: bool) -> list[str]:
 
 def _input_of(name: str) -> str:
     """Modules reading the same input share GPTQ's Hessian, hence its act-order."""
-    parent, leaf = name.rsplit(".", 1)
+    parent, _, leaf = name.rpartition(".")
     if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
         return f"{parent}/{leaf in ('gate_proj', 'up_proj')}"
     return name
