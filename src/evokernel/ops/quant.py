@@ -59,7 +59,7 @@ def layout(w: PackedWeight) -> Layout:
     if isinstance(w, Fp8Weight):
         gs, ng = w.block_k, next_pow2(cdiv(K, w.block_k))
         q, s = w.weight, w.scale
-        assert q.stride(1) == 1 and s.stride(1) == 1
+        assert _rows_contiguous(q) and _rows_contiguous(s)
         meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GW=1, SCALE_ROWS=w.block_n, HAS_Z=False,
                     ZOFF=0, HAS_PERM=False)  # fmt: skip
         return Layout((q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gs + 4 * ng, ng * gs)
@@ -70,13 +70,18 @@ def layout(w: PackedWeight) -> Layout:
     q, s = w.qweight, w.scales
     z = w.zeros if w.zeros is not None else s
     p = w.perm if w.perm is not None else s
-    assert q.stride(1) == 1 and s.stride(1) == 1 and z.stride(-1) == 1
+    assert _rows_contiguous(q) and _rows_contiguous(s) and _rows_contiguous(z)
     meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GW=gw, SCALE_ROWS=1,
                 HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
                 HAS_PERM=w.perm is not None)  # fmt: skip
     row_bytes = ng * gw * 4 + ng * (s.element_size() + (1 if w.zeros is not None else 0))
     return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
                   ng * gw * per)  # fmt: skip
+
+
+def _rows_contiguous(t: torch.Tensor) -> bool:
+    """Each row's elements adjacent (a one-column tensor's column stride is meaningless)."""
+    return t.dim() == 1 or t.shape[-1] == 1 or t.stride(-1) == 1
 
 
 def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, tiles: int = 1) -> int:
