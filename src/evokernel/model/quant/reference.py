@@ -67,7 +67,9 @@ def awq_dense(
     return ((q - z[group]).double() * scales.double()[group]).t().float().contiguous()
 
 
-def fp8_dense(weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+def fp8_dense(
+    weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]
+) -> torch.Tensor:
     N, K = weight.shape
     rows = torch.arange(N, device=weight.device) // block[0]
     cols = torch.arange(K, device=weight.device) // block[1]
