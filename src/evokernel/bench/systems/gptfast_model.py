@@ -22,6 +22,7 @@ fresh cache for each context position and marks its length dynamic, so one compi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evokernel.model.config import ModelConfig
-from evokernel.model.weights import ModelWeights
+from evokernel.model.weights import PROJECTIONS, LayerWeights, ModelWeights, dense
 
 
 @dataclass
@@ -50,6 +51,14 @@ class KVCache:
 
     def tensors(self) -> list[torch.Tensor]:
         return [*self.k, *self.v]
+
+
+def linear(x: torch.Tensor, w: torch.Tensor | nn.Module) -> torch.Tensor:
+    """x @ w^T for a weight Parameter, or a weight module's own product (gpt-fast's
+    `WeightOnlyInt8Linear`, bench/systems/gptfast_int8.py, swapped in for the Parameter)."""
+    if isinstance(w, nn.Module):
+        return w(x)
+    return F.linear(x, w)
 
 
 def _param(t: torch.Tensor) -> nn.Parameter:
@@ -98,7 +107,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         D, hq, hkv = self.head_dim, self.n_head, self.n_kv
-        q, k, v = F.linear(x, self.wqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
+        q, k, v = linear(x, self.wqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
         q = self.q_norm(q.view(B, T, hq, D)).transpose(1, 2)  # [B, Hq, T, D]
         k = self.k_norm(k.view(B, T, hkv, D)).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(B, T, hkv, D).transpose(1, 2)
@@ -114,7 +123,7 @@ class Attention(nn.Module):
                 enable_gqa=True,
             )  # fmt: skip
         y = y.transpose(1, 2).reshape(B, T, hq * D)
-        return F.linear(y, self.wo)
+        return linear(y, self.wo)
 
     def _decode(self, q, k_cache, v_cache, input_pos) -> torch.Tensor:
         S = k_cache.shape[2]
@@ -134,8 +143,8 @@ class FeedForward(nn.Module):
         self.w2 = _param(w2)  # [H, I]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.w13).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, self.w2)
+        gate, up = linear(x, self.w13).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, self.w2)
 
 
 class TransformerBlock(nn.Module):
@@ -156,9 +165,12 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = _param(weights.embed_tokens)  # [V, H]
-        self.layers = nn.ModuleList(TransformerBlock(cfg, layer) for layer in weights.layers)
+        self.layers = nn.ModuleList(
+            TransformerBlock(cfg, _dense_layer(layer, weights.dtype)) for layer in weights.layers
+        )
         self.norm = RMSNorm(weights.final_norm, cfg.rms_norm_eps)
-        self.output = _param(weights.lm_head)  # the same tensor as tok_embeddings when tied
+        # the same tensor as tok_embeddings when tied; a packed head dequantized
+        self.output = _param(dense(weights.lm_head, weights.dtype))
         cos, sin = rope_tables(cfg, weights.device)
         self.cos_table: torch.Tensor  # [P, D] float32
         self.sin_table: torch.Tensor
@@ -176,7 +188,14 @@ class Transformer(nn.Module):
         sin = self.sin_table[input_pos].to(x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, input_pos, cache.k[i], cache.v[i])
-        return F.linear(self.norm(x[:, -1]), self.output).float()
+        return linear(self.norm(x[:, -1]), self.output).float()
+
+
+def _dense_layer(layer: LayerWeights, dtype: torch.dtype) -> LayerWeights:
+    """The layer with packed projections dequantized (a quantized checkpoint runs here as the
+    bf16 model of its own weights)."""
+    kinds = {name: dense(getattr(layer, name), dtype) for name in PROJECTIONS}
+    return dataclasses.replace(layer, **kinds)
 
 
 def rope_tables(cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
