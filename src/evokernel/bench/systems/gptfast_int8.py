@@ -29,6 +29,9 @@ WEIGHTS = {"attention": ("wqkv", "wo"), "feed_forward": ("w13", "w2")}
 class WeightOnlyInt8Linear(nn.Module):
     """gpt-fast's module: int8 weight [N, K] and per-row scales [N] in the model dtype."""
 
+    weight: torch.Tensor
+    scales: torch.Tensor
+
     def __init__(self, w: torch.Tensor) -> None:
         super().__init__()
         weight, scales = quantize_per_channel(w)
