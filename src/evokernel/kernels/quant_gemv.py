@@ -12,12 +12,16 @@ Weight layouts (model/quant/packed.py; NG, GW, GS padded to powers of two, maske
   FP8   q  float8e4nv [BLOCK_N, NG, GS]  column g*GS + c; GS = the block's columns
         s  float32    [BLOCK_N, NG]      row r's scale row is r // SCALE_ROWS
         y[r] = sum_g s[r, g] * sum_c float(q[r, g, c]) * x[g*GS + c]
-  INT   q  int32      [BLOCK_N, NG, GW]  word g*GWR + j holds columns (g*GWR + j)*P + i,
+  INT   q  int32      [BLOCK_N, NG, GW]  word g*GWR + j of the row (GWR = GS / P real words
+                                         per group), holding columns (g*GWR + j)*P + i,
                                          i < P = 32 / BITS, at bits [i*BITS, (i+1)*BITS)
         s  [BLOCK_N, NG] (any float), z uint8 [BLOCK_N, NG] (HAS_Z) + ZOFF, else 2**(BITS-1)
         y[r] = sum_g s[r, g] * (sum_{j,i} q[r,g,j,i] * x[k] - z[r, g] * sum_{j,i} x[k])
         with k = perm[(g*GWR + j)*P + i] when HAS_PERM (act-order), else the index itself:
-        the zero point costs one product per group, not one per weight.
+        the zero point costs one product per group, not one per weight. The values are
+        taken one bit position i at a time (P passes over the packed tile, each with x at
+        that position's columns), so every tensor keeps the packed tile's layout and the
+        products accumulate elementwise before a single reduction per group.
 
 Every product is float32 on the CUDA cores: float(q) and the scale are exact in float32, so
 the result is the float32 product with `dequantize(float32)` up to summation order.
@@ -41,95 +45,99 @@ from evokernel.kernels.overlap import pdl_enter
 
 @triton.jit
 def _weight_tile(
-    q_ptr, s_ptr, z_ptr, p_ptr, rows, N, stride_q, stride_s, stride_z,
+    q_ptr, s_ptr, z_ptr, rows, N, stride_q, stride_s, stride_z,
     K: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr, GS: tl.constexpr,
     NG: tl.constexpr, GW: tl.constexpr, SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_PERM: tl.constexpr,
 ):  # fmt: skip
-    """(q, s, z, k, valid): the packed tile, its scales and zero points [BLOCK_N, NG], and
-    the input column of each value with its mask (FP8 [NG, GS]; INT [NG, GW, P])."""
+    """(q, s, z, idx, valid): the packed tile, its scales and zero points [BLOCK_N, NG], and
+    the index of each tile element along K with its mask: FP8 the column [NG, GS], INT the
+    word [NG, GW] (its values are columns idx * P + i)."""
     NGR: tl.constexpr = (K + GS - 1) // GS  # real groups
     r2 = rows[:, None]
     g2 = tl.arange(0, NG)[None, :]
     smask = (r2 < N) & (g2 < NGR)
+    g = tl.arange(0, NG)[:, None]
     if FP8:
-        g = tl.arange(0, NG)[:, None]
-        c = tl.arange(0, GS)[None, :]
-        k = g * GS + c  # [NG, GS]
-        valid = k < K
-        ptrs = q_ptr + r2[:, :, None].to(tl.int64) * stride_q + k[None, :, :]
-        q = tl.load(
-            ptrs, mask=(r2[:, :, None] < N) & valid[None, :, :], other=0.0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
+        idx = g * GS + tl.arange(0, GS)[None, :]  # [NG, GS]
+        valid = idx < K
+        other = 0.0
         s = tl.load(s_ptr + (r2 // SCALE_ROWS) * stride_s + g2, mask=smask, other=0.0)
-        z = s
     else:
         P: tl.constexpr = 32 // BITS
         GWR: tl.constexpr = GS // P  # real words per group
         KW: tl.constexpr = (K + P - 1) // P  # real words per row
-        g = tl.arange(0, NG)[:, None]
         j = tl.arange(0, GW)[None, :]
-        word = g * GWR + j  # [NG, GW]
-        wvalid = (j < GWR) & (word < KW)
-        ptrs = q_ptr + r2[:, :, None].to(tl.int64) * stride_q + word[None, :, :]
-        q = tl.load(
-            ptrs, mask=(r2[:, :, None] < N) & wvalid[None, :, :], other=0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
+        idx = g * GWR + j  # [NG, GW]
+        valid = (j < GWR) & (idx < KW)
+        other = 0
         s = tl.load(s_ptr + r2.to(tl.int64) * stride_s + g2, mask=smask, other=0.0)
-        if HAS_Z:
-            z = tl.load(z_ptr + r2.to(tl.int64) * stride_z + g2, mask=smask, other=0)
-        else:
-            z = s
-        i = tl.arange(0, P)[None, None, :]
-        k = word[:, :, None] * P + i  # [NG, GW, P]
-        valid = wvalid[:, :, None] & (k < K)
-        if HAS_PERM:
-            k = tl.load(p_ptr + k, mask=valid, other=0)
-    return q, s, z, k, valid
+    ptrs = q_ptr + r2[:, :, None].to(tl.int64) * stride_q + idx[None, :, :]
+    q = tl.load(
+        ptrs, mask=(r2[:, :, None] < N) & valid[None, :, :], other=other,
+        eviction_policy="evict_first",
+    )  # fmt: skip
+    if HAS_Z:
+        z = tl.load(z_ptr + r2.to(tl.int64) * stride_z + g2, mask=smask, other=0)
+    else:
+        z = s
+    return q, s, z, idx, valid
 
 
 @triton.jit
-def _norm_weight(norm_ptr, k, valid, NORM: tl.constexpr):
-    """The RMSNorm weight at the tile's input columns (float32), zeros without NORM."""
+def _rstd(x_ptr, eps, K: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr):
+    """1 / RMS of one activation row (1.0 without NORM)."""
     if NORM:
-        return tl.load(norm_ptr + k, mask=valid, other=0.0).to(tl.float32)
-    return tl.zeros(k.shape, tl.float32)
+        flat = tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + flat, mask=flat < K, other=0.0).to(tl.float32)
+        return tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+    return 1.0
 
 
 @triton.jit
-def _input(x_ptr, norm_w, k, valid, eps, K: tl.constexpr, BLOCK_K: tl.constexpr,
-           NORM: tl.constexpr):  # fmt: skip
-    """One activation row at the tile's input columns, float32; with NORM the RMS-normalised
-    row rounded as transformers rounds (to the dtype before and after the weight)."""
+def _x_at(x_ptr, norm_ptr, k, valid, rstd, NORM: tl.constexpr):
+    """The activation row at columns `k` (any shape), float32; with NORM the RMS-normalised
+    values rounded as transformers rounds (to the dtype before and after the norm weight)."""
     x = tl.load(x_ptr + k, mask=valid, other=0.0).to(tl.float32)
     if NORM:
         dtype = x_ptr.dtype.element_ty
-        flat = tl.arange(0, BLOCK_K)  # the sum of squares, from the row in its own order
-        xf = tl.load(x_ptr + flat, mask=flat < K, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / K + eps)
-        x = ((x * rstd).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)
+        w = tl.load(norm_ptr + k, mask=valid, other=0.0).to(tl.float32)
+        x = ((x * rstd).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
     return x
 
 
 @triton.jit
-def _dot(q, s, z, x, FP8: tl.constexpr, BITS: tl.constexpr, HAS_Z: tl.constexpr,
-         ZOFF: tl.constexpr):  # fmt: skip
-    """sum_k W[r, k] x[k] for each row r of the tile: [BLOCK_N] float32."""
+def _dot(
+    q, s, z, idx, valid, x_ptr, norm_ptr, p_ptr, rstd,
+    K: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr, HAS_Z: tl.constexpr,
+    ZOFF: tl.constexpr, HAS_PERM: tl.constexpr, NORM: tl.constexpr,
+):  # fmt: skip
+    """sum_k W[r, k] x[k] for each row r of the tile, x the row at `x_ptr` (normalised with
+    NORM): [BLOCK_N] float32."""
     if FP8:
+        x = _x_at(x_ptr, norm_ptr, idx, valid, rstd, NORM)  # [NG, GS]
         part = tl.sum(q.to(tl.float32) * x[None, :, :], axis=2)  # [BLOCK_N, NG]
         return tl.sum(part * s, axis=1)
+    # One pass per value position i of a word: every tensor keeps the tile's [.., NG, GW]
+    # layout (no 4-D unpacked tile), and the products accumulate before one reduction.
     P: tl.constexpr = 32 // BITS
-    shifts = (tl.arange(0, P) * BITS)[None, None, None, :]
-    v = (q[:, :, :, None] >> shifts) & ((1 << BITS) - 1)  # [BLOCK_N, NG, GW, P]
-    qx = tl.sum(tl.sum(v.to(tl.float32) * x[None, :, :, :], axis=3), axis=2)  # [BLOCK_N, NG]
-    xs = tl.sum(tl.sum(x, axis=2), axis=1)  # [NG]
+    acc = tl.zeros(q.shape, tl.float32)
+    xs = tl.zeros(idx.shape, tl.float32)
+    for i in tl.static_range(P):
+        k = idx * P + i
+        m = valid & (k < K)
+        if HAS_PERM:
+            k = tl.load(p_ptr + k, mask=m, other=0)
+        x = _x_at(x_ptr, norm_ptr, k, m, rstd, NORM)  # [NG, GW]
+        v = ((q >> (i * BITS)) & ((1 << BITS) - 1)).to(tl.float32)
+        acc += v * x[None, :, :]
+        xs += x
+    qx = tl.sum(acc, axis=2)  # [BLOCK_N, NG]: sum of q * x per group
+    xsum = tl.sum(xs, axis=1)  # [NG]: sum of x per group, for the zero points
     if HAS_Z:
         zp = z.to(tl.float32) + ZOFF
     else:
         zp = (1 << (BITS - 1)) * 1.0
-    return tl.sum(s.to(tl.float32) * (qx - zp * xs[None, :]), axis=1)
+    return tl.sum(s.to(tl.float32) * (qx - zp * xsum[None, :]), axis=1)
 
 
 @triton.jit
@@ -146,17 +154,18 @@ def quant_norm_gemv_kernel(
     HAS_PERM: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    q, s, z, k, valid = _weight_tile(
-        q_ptr, s_ptr, z_ptr, p_ptr, rows, N, stride_q, stride_s, stride_z,
-        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z, HAS_PERM,
+    q, s, z, idx, valid = _weight_tile(
+        q_ptr, s_ptr, z_ptr, rows, N, stride_q, stride_s, stride_z,
+        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z,
     )  # fmt: skip
-    norm_w = _norm_weight(norm_ptr, k, valid, NORM)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
     for m in range(M):
-        x = _input(x_ptr + m * stride_x, norm_w, k, valid, eps, K, BLOCK_K, NORM)
-        y = _dot(q, s, z, x, FP8, BITS, HAS_Z, ZOFF)
+        xr = x_ptr + m * stride_x
+        rstd = _rstd(xr, eps, K, BLOCK_K, NORM)
+        y = _dot(q, s, z, idx, valid, xr, norm_ptr, p_ptr, rstd,
+                 K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, NORM)  # fmt: skip
         if HAS_BIAS:
             y += bias
         tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -173,19 +182,19 @@ def quant_gemv_add_kernel(
     HAS_Z: tl.constexpr, ZOFF: tl.constexpr, HAS_PERM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    q, s, z, k, valid = _weight_tile(
-        q_ptr, s_ptr, z_ptr, p_ptr, rows, N, stride_q, stride_s, stride_z,
-        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z, HAS_PERM,
+    q, s, z, idx, valid = _weight_tile(
+        q_ptr, s_ptr, z_ptr, rows, N, stride_q, stride_s, stride_z,
+        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z,
     )  # fmt: skip
     pdl_enter(PDL)
     dtype = res_ptr.dtype.element_ty
     for m in range(M):
         # The residual is loaded with x, before the reduction: both L2 round trips overlap.
-        x = tl.load(x_ptr + m * stride_x + k, mask=valid, other=0.0).to(tl.float32)
         res_rows = res_ptr + m * stride_res + rows
         r = tl.load(res_rows, mask=rows < N, other=0.0).to(tl.float32)
-        y = _dot(q, s, z, x, FP8, BITS, HAS_Z, ZOFF).to(dtype).to(tl.float32)
-        tl.store(res_rows, (r + y).to(dtype), mask=rows < N)
+        y = _dot(q, s, z, idx, valid, x_ptr + m * stride_x, x_ptr, p_ptr, 1.0,
+                 K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, False)  # fmt: skip
+        tl.store(res_rows, (r + y.to(dtype).to(tl.float32)).to(dtype), mask=rows < N)
 
 
 @triton.jit
@@ -202,26 +211,29 @@ def quant_norm_gate_up_kernel(
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < I
-    # Up rows are gate rows + I; rows past I are masked in both (N = I for the gate tile,
-    # and the up tile's rows are only read where the gate row is live).
+    # The up rows are the gate rows + I; past I both tiles are masked (row 2I is out).
     up_rows = tl.where(live, rows + I, 2 * I)
-    qg, sg, zg, k, valid = _weight_tile(
-        q_ptr, s_ptr, z_ptr, p_ptr, rows, I, stride_q, stride_s, stride_z,
-        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z, HAS_PERM,
+    qg, sg, zg, idx, valid = _weight_tile(
+        q_ptr, s_ptr, z_ptr, rows, I, stride_q, stride_s, stride_z,
+        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z,
     )  # fmt: skip
-    qu, su, zu, k, valid = _weight_tile(
-        q_ptr, s_ptr, z_ptr, p_ptr, up_rows, 2 * I, stride_q, stride_s, stride_z,
-        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z, HAS_PERM,
+    qu, su, zu, idx, valid = _weight_tile(
+        q_ptr, s_ptr, z_ptr, up_rows, 2 * I, stride_q, stride_s, stride_z,
+        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z,
     )  # fmt: skip
-    norm_w = _norm_weight(norm_ptr, k, valid, True)
     pdl_enter(PDL)
     dtype = act_ptr.dtype.element_ty
     for m in range(M):
-        x = _input(x_ptr + m * stride_x, norm_w, k, valid, eps, K, BLOCK_K, True)
-        g = _dot(qg, sg, zg, x, FP8, BITS, HAS_Z, ZOFF).to(dtype).to(tl.float32)
-        u = _dot(qu, su, zu, x, FP8, BITS, HAS_Z, ZOFF).to(dtype).to(tl.float32)
-        sg_ = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
-        tl.store(act_ptr + m * stride_act + rows, (sg_ * u).to(dtype), mask=live)
+        xr = x_ptr + m * stride_x
+        rstd = _rstd(xr, eps, K, BLOCK_K, True)
+        g = _dot(qg, sg, zg, idx, valid, xr, norm_ptr, p_ptr, rstd,
+                 K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True)  # fmt: skip
+        u = _dot(qu, su, zu, idx, valid, xr, norm_ptr, p_ptr, rstd,
+                 K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True)  # fmt: skip
+        g = g.to(dtype).to(tl.float32)
+        u = u.to(dtype).to(tl.float32)
+        silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+        tl.store(act_ptr + m * stride_act + rows, (silu * u).to(dtype), mask=live)
 
 
 @triton.jit
@@ -240,16 +252,18 @@ def quant_norm_head_kernel(
 ):  # fmt: skip
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    q, s, z, k, valid = _weight_tile(
-        q_ptr, s_ptr, z_ptr, p_ptr, rows, V, stride_q, stride_s, stride_z,
-        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z, HAS_PERM,
+    q, s, z, idx, valid = _weight_tile(
+        q_ptr, s_ptr, z_ptr, rows, V, stride_q, stride_s, stride_z,
+        K, FP8, BITS, GS, NG, GW, SCALE_ROWS, HAS_Z,
     )  # fmt: skip
-    norm_w = _norm_weight(norm_ptr, k, valid, True)
     pdl_enter(PDL)
     dtype = x_ptr.dtype.element_ty
     for m in range(M):
-        x = _input(x_ptr + m * stride_x, norm_w, k, valid, eps, K, BLOCK_K, True)
-        logit = _dot(q, s, z, x, FP8, BITS, HAS_Z, ZOFF).to(dtype).to(tl.float32)
+        xr = x_ptr + m * stride_x
+        rstd = _rstd(xr, eps, K, BLOCK_K, True)
+        logit = _dot(q, s, z, idx, valid, xr, norm_ptr, p_ptr, rstd,
+                     K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True)  # fmt: skip
+        logit = logit.to(dtype).to(tl.float32)
         if WRITE_LOGITS:
             tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < V)
         if ARGMAX:
