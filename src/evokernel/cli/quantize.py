@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"wrote {summary['out_dir']}: {opts.format} as {summary['layout']} ({detail}), head "
-        f"{opts.head}; weights {summary['source_bytes'] / 1e6:.1f} MB -> "
-        f"{summary['weight_bytes'] / 1e6:.1f} MB in {len(summary['files'])} file(s); "
-        f"round to nearest; {seconds:.1f} s"
+        f"{opts.head}; read per decode step {summary['source_step_bytes'] / 1e6:.1f} MB -> "
+        f"{summary['step_bytes'] / 1e6:.1f} MB; on disk {summary['weight_bytes'] / 1e6:.1f} MB "
+        f"in {len(summary['files'])} file(s); round to nearest; {seconds:.1f} s"
     )
     if args.json:
         print(json.dumps(summary))

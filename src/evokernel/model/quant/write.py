@@ -50,6 +50,7 @@ LAYOUTS = ("gptq", "awq")
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
 METADATA = {"format": "pt", "generator": "evokernel quantize"}
+EMBED = "model.embed_tokens.weight"
 # Written as stored (the layout's own dtypes): packed scales as the usual publishers do.
 PACKED_DTYPES = {"weight_scale_inv": "F32", "scales": "F16", "weight": "F8_E4M3"}
 
@@ -176,6 +177,9 @@ def write_quantized(
         "copied": copied,
         "weight_bytes": sum(s.nbytes for s in specs),
         "source_bytes": ckpt.weight_bytes,
+        # what a decode step reads: everything but the embedding table (one row of it)
+        "step_bytes": sum(s.nbytes for s in specs if s.name != EMBED),
+        "source_step_bytes": _dense_step_bytes(ckpt),
         "method": "round-to-nearest",
     }
 
@@ -217,6 +221,13 @@ class _Source:
     def close(self) -> None:
         for tmap in self.maps.values():
             tmap.close()
+
+
+def _dense_step_bytes(ckpt: Checkpoint) -> int:
+    total = sum(e.nbytes for n, (_, e) in ckpt.tensors.items() if n != EMBED)
+    if ckpt.head_is_tied():
+        total += ckpt.tensors[EMBED][1].nbytes  # the embedding serves as the head
+    return total
 
 
 def _quantize_module(w: torch.Tensor, spec: ModuleSpec) -> dict[str, torch.Tensor]:
