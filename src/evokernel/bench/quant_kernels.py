@@ -119,6 +119,13 @@ def make_op(
     return lambda w: mod.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
 
 
+def _replace(tuning: Any, **changes: Any) -> Any:
+    """A copy of a `DecodeTuning` (a dataclass or a NamedTuple) with fields changed."""
+    if hasattr(tuning, "_replace"):
+        return tuning._replace(**changes)
+    return dataclasses.replace(tuning, **changes)
+
+
 def measure(
     shape: str, proj: str, fmt: str, variant: str, rows: int, reps: int, gbps: float
 ) -> dict[str, Any]:
@@ -129,7 +136,7 @@ def measure(
     N, K = projection_shape(shape, proj)
     overrides = dict(VARIANTS[variant])
     pdl = overrides.pop("pdl", pdl_supported())
-    tuning = dataclasses.replace(DEFAULT, pdl=pdl, **overrides)
+    tuning = _replace(DEFAULT, pdl=pdl, **overrides)
     first = make_weight(fmt, N, K)
     nbytes = weight_bytes(first)
     copies = max(2, math.ceil(COLD_BYTES / nbytes))

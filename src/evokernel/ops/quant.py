@@ -10,9 +10,15 @@ Same signatures and results as the dense fused ops of ops/decode.py, with a pack
   greedy_head(x, norm_weight, lm_head, eps, tokens [M], positions, seq_lens)  (in place)
   linear(x [M, K], weight [N, K])                                        -> [M, N]
 
-Rows: 1..`MAX_ROWS` per fused call (the decode batch); `linear` takes any number, running the
-kernel up to `LINEAR_KERNEL_ROWS` rows and the dequantized weight through torch beyond
-(prefill). Activations bfloat16 / float16 (float32 under the CPU interpreter).
+  head_keys(x, norm_weight, lm_head, eps, keys [>= M] int64)   each row's argmax key atomically
+      maxed into keys (kernels/gemv.py `argmax_key`): greedy_head's first launch, for a
+      caller that runs the finishing kernel itself
+
+Rows: 1..`MAX_ROWS` per fused call (the decode batch), as a loop over the weight tile held in
+registers: built for a few rows (a step reads the weights once whatever the batch; beyond
+~16 rows the CUDA-core products, not the bytes, set the time). `linear` takes any number,
+running the kernel up to `LINEAR_KERNEL_ROWS` rows and the dequantized weight through torch
+beyond (prefill). Activations bfloat16 / float16 (float32 under the CPU interpreter).
 
 Launch sizes: a program owns BLOCK_N rows and the whole K: about `tuning.tile_bytes` of
 packed bytes (weights + scales + zero points, as loaded: padded groups count), with BLOCK_N
@@ -23,6 +29,7 @@ shapes and host-side values only: no host sync, graph-capturable.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,17 +37,18 @@ import torch
 
 from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.weights import PackedWeight
-from evokernel.ops.decode import (
-    ARGMAX_MAX_VOCAB,
-    DEFAULT,
-    DecodeTuning,
-    argmax_keys,
-    sm_count,
-)
+from evokernel.ops.decode import ARGMAX_MAX_VOCAB, DEFAULT, DecodeTuning, argmax_keys
 from evokernel.ops.grid import cdiv, next_pow2
 
-MAX_ROWS = 64
+MAX_ROWS = 256
 LINEAR_KERNEL_ROWS = 16
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: few programs keep CPU tests fast
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,22 @@ def _head(
     )  # fmt: skip
 
 
+def head_keys(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: PackedWeight,
+    eps: float,
+    keys: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> None:
+    """Each row's argmax key (value, then lowest id) atomically maxed into `keys` [>= M],
+    which must hold zeros (ops/decode.py `argmax_keys`)."""
+    assert keys.dtype == torch.int64 and keys.numel() >= x.shape[0]
+    assert lm_head.shape[0] <= ARGMAX_MAX_VOCAB, lm_head.shape
+    _head(x, norm_weight, lm_head, eps, None, keys, tuning)
+
+
 def norm_logits(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -273,8 +297,9 @@ def greedy_head(
     V = lm_head.shape[0]
     assert V <= ARGMAX_MAX_VOCAB, f"greedy argmax takes up to {ARGMAX_MAX_VOCAB} ids, got {V}"
     keys = argmax_keys(x.device, MAX_ROWS)
-    _head(x, norm_weight, lm_head, eps, None, keys, tuning)
+    head_keys(x, norm_weight, lm_head, eps, keys, tuning=tuning)
     argmax_finish_kernel[(1,)](
         keys, tokens, positions, seq_lens, M,
-        BLOCK_M=next_pow2(M), ADVANCE=True, PDL=tuning.pdl, num_warps=1, launch_pdl=tuning.pdl,
+        BLOCK_M=next_pow2(M), ADVANCE=True, PDL=tuning.pdl, num_warps=1 if M <= 32 else 4,
+        launch_pdl=tuning.pdl,
     )  # fmt: skip
