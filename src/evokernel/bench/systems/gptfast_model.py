@@ -22,7 +22,6 @@ fresh cache for each context position and marks its length dynamic, so one compi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evokernel.model.config import ModelConfig
-from evokernel.model.weights import PROJECTIONS, LayerWeights, ModelWeights, dense
+from evokernel.model.weights import ModelWeights
 
 
 @dataclass
@@ -53,12 +52,15 @@ class KVCache:
         return [*self.k, *self.v]
 
 
-def linear(x: torch.Tensor, w: torch.Tensor | nn.Module) -> torch.Tensor:
-    """x @ w^T for a weight Parameter, or a weight module's own product (gpt-fast's
+def linear(
+    x: torch.Tensor, w: torch.Tensor | nn.Module, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x @ w^T (+ bias) for a weight Parameter, or a weight module's own product (gpt-fast's
     `WeightOnlyInt8Linear`, bench/systems/gptfast_int8.py, swapped in for the Parameter)."""
     if isinstance(w, nn.Module):
-        return w(x)
-    return F.linear(x, w)
+        y = w(x)
+        return y if bias is None else y + bias
+    return F.linear(x, w, bias)
 
 
 def _param(t: torch.Tensor) -> nn.Parameter:
@@ -165,12 +167,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = _param(weights.embed_tokens)  # [V, H]
-        self.layers = nn.ModuleList(
-            TransformerBlock(cfg, _dense_layer(layer, weights.dtype)) for layer in weights.layers
-        )
+        self.layers = nn.ModuleList(TransformerBlock(cfg, layer) for layer in weights.layers)
         self.norm = RMSNorm(weights.final_norm, cfg.rms_norm_eps)
-        # the same tensor as tok_embeddings when tied; a packed head dequantized
-        self.output = _param(dense(weights.lm_head, weights.dtype))
+        self.output = _param(weights.lm_head)  # the same tensor as tok_embeddings when tied
         cos, sin = rope_tables(cfg, weights.device)
         self.cos_table: torch.Tensor  # [P, D] float32
         self.sin_table: torch.Tensor
@@ -189,13 +188,6 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, input_pos, cache.k[i], cache.v[i])
         return linear(self.norm(x[:, -1]), self.output).float()
-
-
-def _dense_layer(layer: LayerWeights, dtype: torch.dtype) -> LayerWeights:
-    """The layer with packed projections dequantized (a quantized checkpoint runs here as the
-    bf16 model of its own weights)."""
-    kinds = {name: dense(getattr(layer, name), dtype) for name in PROJECTIONS}
-    return dataclasses.replace(layer, **kinds)
 
 
 def rope_tables(cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
