@@ -209,3 +209,14 @@ def test_shapes_a_layout_cannot_hold_are_refused(tmp_path) -> None:
     (d / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
     with pytest.raises(CheckpointError, match=r"in_features and out_features must be multiples"):
         load_model(d)
+
+
+def test_the_fp8_head_is_dense_unless_the_config_lists_what_stays_dense() -> None:
+    # transformers keeps the output embedding dense by default, converts it when the config
+    # lists the modules to keep instead (an empty list: everything is converted)
+    block = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    assert parse_quantization(block, "c").spec("lm_head") is None
+    assert parse_quantization(block | {"modules_to_not_convert": []}, "c").spec("lm_head")
+    listed = parse_quantization(block | {"modules_to_not_convert": ["lm_head"]}, "c")
+    assert listed.spec("lm_head") is None
+    assert listed.spec("model.layers.0.mlp.up_proj") is not None

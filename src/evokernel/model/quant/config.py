@@ -4,7 +4,8 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
 
   quant_method "fp8"   Qwen's / DeepSeek's block FP8 (transformers' `FineGrainedFP8Config`):
                        `fmt: e4m3`, `activation_scheme: dynamic`, `weight_block_size: [bn, bk]`,
-                       `modules_to_not_convert` (transformers' matching: prefix, regex or suffix)
+                       `modules_to_not_convert` (transformers' matching: prefix, regex or suffix;
+                       absent, the head stays dense as transformers keeps it)
   quant_method "gptq"  GPTQ (AutoGPTQ / GPTQModel): `bits` 4 or 8, `group_size` (-1: one group
                        per row), `sym`, `desc_act`, `checkpoint_format` / `format` "gptq" (v1,
                        zeros stored minus one) or "gptq_v2"; `lm_head` (the head quantized too),
@@ -73,7 +74,10 @@ class QuantConfig:
     method: str
     default: ModuleSpec
     modules_to_not_convert: tuple[str, ...] = ()
-    head: bool = False  # gptq `lm_head`: the head is quantized too
+    # The head is quantized too: gptq `lm_head: true`; fp8 when `modules_to_not_convert` is
+    # given (transformers then converts all but those; absent, it keeps the output embedding
+    # dense by default); never for awq (AutoAWQ does not quantize it)
+    head: bool = False
     dynamic: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # gptq rules, in order
     in_block: tuple[str, ...] | None = None  # gptq modules_in_block_to_quantize, flattened
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -81,8 +85,8 @@ class QuantConfig:
     def spec(self, module: str) -> ModuleSpec | None:
         """The storage of linear module `module` (HF prefix), None when it is dense."""
         if self.method in ("fp8", "awq"):
-            if self.method == "awq" and module == HEAD:
-                return None  # AutoAWQ never quantizes the head
+            if module == HEAD and not self.head:
+                return None
             if _excluded(module, self.modules_to_not_convert):
                 return None
             return self.default
@@ -152,7 +156,8 @@ def _parse_fp8(d: dict[str, Any], where: str) -> QuantConfig:
     assert isinstance(block, list)
     spec = ModuleSpec("fp8", 8, block=(int(block[0]), int(block[1])))
     skip = _names(d.get("modules_to_not_convert"), f"{where}.modules_to_not_convert")
-    return QuantConfig("fp8", spec, modules_to_not_convert=skip, raw=dict(d))
+    listed = d.get("modules_to_not_convert") is not None
+    return QuantConfig("fp8", spec, modules_to_not_convert=skip, head=listed, raw=dict(d))
 
 
 def _parse_gptq(d: dict[str, Any], where: str) -> QuantConfig:
