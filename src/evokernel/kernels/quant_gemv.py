@@ -86,11 +86,12 @@ def _weight_tile(
 @triton.jit
 def _rstd(x_ptr, eps, K: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr):
     """1 / RMS of one activation row (1.0 without NORM)."""
+    rstd = 1.0
     if NORM:
         flat = tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + flat, mask=flat < K, other=0.0).to(tl.float32)
-        return tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    return 1.0
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+    return rstd
 
 
 @triton.jit
@@ -116,28 +117,30 @@ def _dot(
     if FP8:
         x = _x_at(x_ptr, norm_ptr, idx, valid, rstd, NORM)  # [NG, GS]
         part = tl.sum(q.to(tl.float32) * x[None, :, :], axis=2)  # [BLOCK_N, NG]
-        return tl.sum(part * s, axis=1)
-    # One pass per value position i of a word: every tensor keeps the tile's [.., NG, GW]
-    # layout (no 4-D unpacked tile), and the products accumulate before one reduction.
-    P: tl.constexpr = 32 // BITS
-    acc = tl.zeros(q.shape, tl.float32)
-    xs = tl.zeros(idx.shape, tl.float32)
-    for i in tl.static_range(P):
-        k = idx * P + i
-        m = valid & (k < K)
-        if HAS_PERM:
-            k = tl.load(p_ptr + k, mask=m, other=0)
-        x = _x_at(x_ptr, norm_ptr, k, m, rstd, NORM)  # [NG, GW]
-        v = ((q >> (i * BITS)) & ((1 << BITS) - 1)).to(tl.float32)
-        acc += v * x[None, :, :]
-        xs += x
-    qx = tl.sum(acc, axis=2)  # [BLOCK_N, NG]: sum of q * x per group
-    xsum = tl.sum(xs, axis=1)  # [NG]: sum of x per group, for the zero points
-    if HAS_Z:
-        zp = z.to(tl.float32) + ZOFF
+        y = tl.sum(part * s, axis=1)
     else:
-        zp = (1 << (BITS - 1)) * 1.0
-    return tl.sum(s.to(tl.float32) * (qx - zp * xsum[None, :]), axis=1)
+        # One pass per value position i of a word: every tensor keeps the tile's [.., NG, GW]
+        # layout (no 4-D unpacked tile), and the products accumulate before one reduction.
+        P: tl.constexpr = 32 // BITS
+        acc = tl.zeros(q.shape, tl.float32)
+        xs = tl.zeros(idx.shape, tl.float32)
+        for i in tl.static_range(P):
+            k = idx * P + i
+            m = valid & (k < K)
+            if HAS_PERM:
+                k = tl.load(p_ptr + k, mask=m, other=0)
+            x = _x_at(x_ptr, norm_ptr, k, m, rstd, NORM)  # [NG, GW]
+            v = ((q >> (i * BITS)) & ((1 << BITS) - 1)).to(tl.float32)
+            acc += v * x[None, :, :]
+            xs += x
+        qx = tl.sum(acc, axis=2)  # [BLOCK_N, NG]: sum of q * x per group
+        xsum = tl.sum(xs, axis=1)  # [NG]: sum of x per group, for the zero points
+        if HAS_Z:
+            zp = z.to(tl.float32) + ZOFF
+        else:
+            zp = tl.full(s.shape, 1 << (BITS - 1), tl.float32)
+        y = tl.sum(s.to(tl.float32) * (qx - zp * xsum[None, :]), axis=1)
+    return y
 
 
 @triton.jit

@@ -20,10 +20,11 @@ registers: built for a few rows (a step reads the weights once whatever the batc
 running the kernel up to `LINEAR_KERNEL_ROWS` rows and the dequantized weight through torch
 beyond (prefill). Activations bfloat16 / float16 (float32 under the CPU interpreter).
 
-Launch sizes: a program owns BLOCK_N rows and the whole K: about `tuning.tile_bytes` of
-packed bytes (weights + scales + zero points, as loaded: padded groups count), with BLOCK_N
-lowered until there are at least as many programs as SMs, as the dense launchers do. Warps:
-`tuning.gemv_warps`, else 8 for tiles of >= 16K values and 4 below. Everything depends on
+Launch sizes: a program owns BLOCK_N rows and the whole K: as many values as the bf16
+kernels' `tuning.tile_bytes` tile (so a quarter of those bytes, packed, at 4 bits: registers
+follow the values), with BLOCK_N lowered until there are at least as many programs as SMs,
+as the dense launchers do (`block_n`). Warps: `tuning.gemv_warps`, else 8 for tiles of >= 16K
+values and 4 below. Everything depends on
 shapes and host-side values only: no host sync, graph-capturable.
 """
 
@@ -93,9 +94,14 @@ def _rows_contiguous(t: torch.Tensor) -> bool:
 
 
 def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, tiles: int = 1) -> int:
-    """Rows per program: ~tile_bytes of packed bytes (`tiles` weight tiles per row), at
-    least one program per SM."""
-    block = max(1, min(next_pow2(N), tuning.tile_bytes // (lay.row_bytes * tiles)))
+    """Rows per program: as many values as the bf16 kernels' tile of `tile_bytes` holds
+    (`tiles` weight tiles per row), a power of two, lowered to at least one program per SM.
+
+    Values, not packed bytes: a program's registers grow with the values it unpacks and the
+    activations it pairs them with (sm_90 builds at Qwen3-0.6B's shapes: int4 tiles of 32 KB
+    packed need 255 registers a thread, one program per SM; of 16K values, 128)."""
+    per_row = 2 * lay.values_per_row * tiles
+    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
     block = 1 << (block.bit_length() - 1)
     while block > 1 and cdiv(N, block) < sm_count(device):
         block //= 2
