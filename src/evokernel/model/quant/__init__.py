@@ -8,4 +8,5 @@ weights the quantized kernels run, and written by `evokernel quantize` (docs/qua
   load.py      a checked checkpoint -> `ModelWeights` with packed projections
   quantize.py  dense weights -> published tensors (round to nearest)
   write.py     a quantized checkpoint directory from a dense one
+  reference.py published tensors -> dense weights by a second path (verify's transformers)
 """
