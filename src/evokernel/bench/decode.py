@@ -13,6 +13,10 @@ With a kernel pack (`evokernel` and `evokernel_pack` both run), the two and a co
 `evokernel` are then loaded together and timed interleaved at every position
 (bench/paired.py, `doc["paired"]`): the pack's speedup with an interval, which two systems
 measured one after the other cannot give, and the control's, the floor it must clear.
+Quantized checkpoints of the same architecture (`quantized`, bench/quantized.py) run our
+engine after the other systems, each a system named after its format; a system that reads
+other bytes than the dense checkpoint (those, and `gptfast_int8`) gets its floor from its own
+bytes, with both floors in `doc["floors"]`.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from evokernel.bench.paired import (
     pair_entry,
     pair_line,
 )
+from evokernel.bench.quantized import check_quantized, system_bytes, system_name
 from evokernel.bench.results import KIND, SCHEMA, Row, error_line, write
 from evokernel.bench.stepping import CellPlan, free, measure_cell, prompt_ids
 from evokernel.bench.systems import load_system, skip_reason
@@ -81,6 +86,7 @@ class DecodeBenchOptions:
     label: str | None = None
     engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
     engine_kernels: Path | None = None  # a kernel pack our engine runs (the baselines do not)
+    quantized: tuple[Path, ...] = ()  # quantized checkpoints our engine also runs
 
     def __post_init__(self) -> None:
         if not self.positions or min(self.positions) < 1:
@@ -121,6 +127,7 @@ def run_decode_bench(
             f"position {max(opts.positions)} + {max_need - max(opts.positions)} decode steps "
             f"exceeds the model's {cfg.max_position_embeddings} positions"
         )
+    quantized = {system_name(check_quantized(cfg, d)): d for d in opts.quantized}
     devices.prepare(opts.device)  # Triton's mode, before any kernel is imported
     itemsize = torch.empty((), dtype=opts.dtype).element_size()
     progress(f"measuring the copy bandwidth on {opts.device} ...")
@@ -136,6 +143,10 @@ def run_decode_bench(
             continue
         run.doc["systems"].append(name)
         _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need)
+    for name, model_dir in quantized.items():
+        run.doc["systems"].append(name)
+        run.doc["options"]["quantized"][name] = str(model_dir)
+        _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need, model_dir)
     if {"evokernel", "evokernel_pack"} <= set(run.doc["systems"]):
         _run_pair(run, ("evokernel", "evokernel_pack"), plans, cfg, max_need)
     write(run.doc, opts.out)
@@ -191,7 +202,10 @@ def _run_system(
     model: dict[str, Any],
     meter: Nvml | None,
     max_need: int,
+    model_dir: Path | None = None,
 ) -> None:
+    """`model_dir`: a quantized checkpoint our engine runs as system `name` (default: the
+    benchmark's checkpoint, system `name` as listed)."""
     opts = run.opts
     if run.over_budget():
         for plan in plans:
@@ -200,8 +214,8 @@ def _run_system(
     t0 = time.perf_counter()
     try:
         system = load_system(
-            name,
-            opts.model_dir,
+            name if model_dir is None else "evokernel",
+            opts.model_dir if model_dir is None else model_dir,
             opts.device,
             opts.dtype,
             max_need,
@@ -216,6 +230,12 @@ def _run_system(
         free(opts.device)
         return
     run.progress(f"{name}: loaded in {time.perf_counter() - t0:.1f} s")
+    weight_bytes = model["weight_bytes"]
+    if model_dir is not None or name == "gptfast_int8":
+        system.name = name
+        weight_bytes = system_bytes(system) or weight_bytes
+        run.doc["floors"][name] = {"weight_bytes": weight_bytes,
+                                   "bf16_weight_bytes": model["weight_bytes"]}  # fmt: skip
     cache_lens = run.doc["options"]["cache_len"].setdefault(name, {})
     for plan in plans:
         if run.over_budget():
@@ -223,11 +243,19 @@ def _run_system(
             continue
         prompt = prompt_ids(cfg.vocab_size, plan.position)
         floor_ms = floor.floor_ms(
-            model["weight_bytes"], model["kv_bytes_per_token"], plan.position, copy_gbps
+            weight_bytes, model["kv_bytes_per_token"], plan.position, copy_gbps
         )
         row, cache_len = measure_cell(system, prompt, plan, floor_ms, meter, opts.device)
         cache_lens[str(plan.position)] = cache_len
-        run.progress(progress_line(row, cache_len))
+        line = progress_line(row, cache_len)
+        if weight_bytes != model["weight_bytes"] and row.ms_p50:
+            dense_ms = floor.floor_ms(
+                model["weight_bytes"], model["kv_bytes_per_token"], plan.position, copy_gbps
+            )
+            pct = 100 * dense_ms / row.ms_p50
+            run.doc["floors"][name].setdefault("pct_bf16_floor", {})[str(plan.position)] = pct
+            line += f", {pct:.1f}% of the bf16 floor"
+        run.progress(line)
         run.add(row)
     try:
         run.doc["options"]["setup"][name] = system.setup()
@@ -288,9 +316,13 @@ def _new_doc(
             "kernels": str(opts.engine_kernels) if opts.engine_kernels is not None else None,
             "cache_len": {},  # system -> {position: KV cache positions, null when it grows}
             "setup": {},  # system -> how it ran (ops, compile settings, graphs compiled)
+            "quantized": {},  # quantized system -> its checkpoint directory
         },
         "systems": [],
         "skipped": {},
         "results": [],
         "paired": [],  # bench/paired.py: the pack against the plain engine, interleaved
+        # systems that read other bytes than the checkpoint: {weight_bytes (their floor's),
+        # bf16_weight_bytes, pct_bf16_floor: {position: % of the dense floor}}
+        "floors": {},
     }

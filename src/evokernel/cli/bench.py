@@ -4,7 +4,7 @@
     evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
         [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
         [--ops torch|triton] [--kernels PACK_DIR] [--power-window-ms MS] [--max-minutes M]
-        [--out FILE.json] [--json]
+        [--quantized DIR ...] [--out FILE.json] [--json]
     evokernel bench decode --compare A.json B.json [--json]
 
 stdout: a table, then one JSON line (the summary: file paths, tok/s per system and position;
@@ -63,6 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--warmup", metavar="N", help="untimed decode steps first (>= 0)")
     d.add_argument("--positions", metavar="LIST", help="context positions, e.g. 1,128,4096")
     add_engine_args(d)  # --device, --dtype, --ops, --kernels (our engine's op implementations)
+    d.add_argument(
+        "--quantized",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run our engine on this quantized checkpoint of --model's architecture "
+        "(repeatable), each a system named after its format, with its floor from the bytes "
+        "it reads beside the bf16 floor",
+    )
     d.add_argument(
         "--power-window-ms",
         metavar="MS",
@@ -184,6 +193,7 @@ def _options(args: argparse.Namespace) -> Any:
         systems = (*systems[:at], "evokernel_pack", *systems[at:])
     if kernels is None and "evokernel_pack" in systems:
         raise EvokernelError("--baselines: evokernel_pack needs a kernel pack (--kernels)")
+    quantized = tuple(checked.existing_dir(q, "--quantized") for q in args.quantized)
     command = (
         f"evokernel bench decode --model {args.model} --baselines {','.join(systems)} "
         f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
@@ -191,6 +201,7 @@ def _options(args: argparse.Namespace) -> Any:
         + (f" --suite {suite_name}" if device == "cuda" else "")
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + (f" --kernels {kernels}" if kernels is not None else "")
+        + "".join(f" --quantized {q}" for q in quantized)
     )
     return DecodeBenchOptions(
         model_dir=Path(args.model),
@@ -207,6 +218,7 @@ def _options(args: argparse.Namespace) -> Any:
         max_minutes=max_minutes,
         engine_ops=ops,
         engine_kernels=kernels,
+        quantized=quantized,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
     )
 

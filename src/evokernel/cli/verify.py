@@ -2,12 +2,15 @@
 
     evokernel verify --model DIR [--steps N] [--device cuda|cpu] [--dtype D]
         [--ops torch|triton] [--no-pdl] [--kernels PACK_DIR] [--prompt-ids 1,2,3] [--threshold X]
-        [--fp32-ref | --no-fp32-ref] [--json]
+        [--fp32-ref | --no-fp32-ref] [--reference DIR] [--json]
 
 Exit 0 when verification passes (engine/verify.py: the KL mean below the threshold, or in
 bf16/fp16 as close to the float32 model as transformers itself); 1 with a one-line reason
 otherwise, a --kernels program that disagrees with the reference in the pack's self-check
-included (verify's self-check is always strict).
+included (verify's self-check is always strict). A quantized checkpoint is compared with
+transformers running the same weights, dequantized independently (engine/quant_verify.py);
+`--reference DIR` (the dense model it was quantized from) adds the quantization's own KL and
+argmax agreement, for information.
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="also compare with transformers in float32 (default: when the dtype is not float32)",
     )
+    p.add_argument(
+        "--reference",
+        metavar="DIR",
+        help="a quantized checkpoint's dense original: also report KL(original || ours) and "
+        "argmax agreement (the quantization's own error; informational, never fails)",
+    )
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
     p.set_defaults(func=run)
 
@@ -73,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     threshold = None if args.threshold is None else checked.real(args.threshold, "--threshold", 0.0)
     prompt = parse_ids(args.prompt_ids) if args.prompt_ids is not None else None
     kernels = kernels_dir(args)
+    original = (
+        None if args.reference is None else checked.existing_dir(args.reference, "--reference")
+    )
     if kernels is not None:
         cfg = ModelConfig.from_dir(model_dir)
         ids = prompt if prompt is not None else default_prompt(cfg.vocab_size)
@@ -94,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         fp32_reference=args.fp32_ref,
         pdl=False if args.no_pdl else None,
         kernels=kernels,
+        reference=original,
     )
     print(
         f"{result.steps} steps after a {result.prompt_len}-token prompt, {result.device} "
@@ -110,6 +123,14 @@ def run(args: argparse.Namespace) -> int:
             f"vs transformers float32: ours {result.fp32_kl_mean:.3e}, "
             f"transformers {result.dtype} {result.fp32_kl_mean_ref:.3e}"
         )
+    if result.quantization is not None:
+        line = f"quantized: {result.quantization}"
+        if result.original_kl_mean is not None:
+            line += (
+                f"; vs the original {args.reference}: KL mean {result.original_kl_mean:.3e}, "
+                f"argmax agreement {result.original_argmax_agreement:.3f} (informational)"
+            )
+        print(line)
     if result.criterion == "fp32_precision":
         # The KL line above reads like a failure: say which rule passed, and why.
         print(

@@ -33,6 +33,12 @@ import torch
 from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
+from evokernel.engine.quant_verify import (
+    check_original,
+    original_figures,
+    quantization_label,
+    reference_dir,
+)
 from evokernel.errors import ConfigError, EvokernelError
 from evokernel.model.config import ModelConfig
 
@@ -62,6 +68,11 @@ class VerifyResult:
     kl_per_step: list[float] = field(default_factory=list)
     fp32_kl_mean: float | None = None  # KL(transformers fp32 || ours)
     fp32_kl_mean_ref: float | None = None  # KL(transformers fp32 || transformers in dtype)
+    # Quantized checkpoints (engine/quant_verify.py): the format, and with --reference the
+    # quantization's own error against the dense original (informational, never judged)
+    quantization: str | None = None
+    original_kl_mean: float | None = None  # KL(original || ours)
+    original_argmax_agreement: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,8 +199,11 @@ def compare(
     threshold: float | None = None,
     hf_fp32: Any = None,
     use_graph: bool | None = None,
+    hf_original: Any = None,
 ) -> VerifyResult:
-    """Verify `model` against the loaded transformers model `hf` (same weights)."""
+    """Verify `model` against the loaded transformers model `hf` (same weights); with
+    `hf_original` (the dense model a quantized one came from) also report how far ours is
+    from it."""
     _check(steps, threshold)
     model.cfg.check_tokens(prompt, steps, "--steps", model.max_seq_len)
     thr = THRESHOLDS[model.dtype] if threshold is None else threshold
@@ -202,6 +216,9 @@ def compare(
         truth = reference_forced(hf_fp32, prompt, ref_tokens)
         fp32_ours = float(kl_and_agreement(truth, ours)[0].mean())
         fp32_ref = float(kl_and_agreement(truth, ref_logits)[0].mean())
+    original: tuple[float | None, float | None] = (None, None)
+    if hf_original is not None:
+        original = original_figures(hf_original, prompt, ref_tokens, ours)
     dtype = str(model.dtype).removeprefix("torch.")
     criterion, reason = _judge(
         bool(torch.isfinite(ours).all()), kl_mean, thr, model.dtype, fp32_ours, fp32_ref
@@ -223,6 +240,9 @@ def compare(
         kl_per_step=[float(x) for x in kl],
         fp32_kl_mean=fp32_ours,
         fp32_kl_mean_ref=fp32_ref,
+        quantization=quantization_label(model.cfg),
+        original_kl_mean=original[0],
+        original_argmax_agreement=original[1],
     )
 
 
@@ -269,9 +289,12 @@ def verify(
     fp32_reference: bool | None = None,
     pdl: bool | None = None,
     kernels: str | Path | None = None,
+    reference: str | Path | None = None,
 ) -> VerifyResult:
     """Load the engine (with the kernel pack `kernels`, when given) and transformers from
-    `model_dir` and compare them (see module doc).
+    `model_dir` and compare them (see module doc). A quantized checkpoint is compared with
+    transformers on its weights dequantized independently; `reference` is the dense model
+    it was quantized from (engine/quant_verify.py).
 
     The prompt and `steps` are checked against the config before anything is loaded: the
     reference would decode past the model's positions, and the engine then refuse them."""
@@ -279,17 +302,21 @@ def verify(
     cfg = ModelConfig.from_dir(model_dir)
     ids = default_prompt(cfg.vocab_size) if prompt is None else prompt
     cfg.check_tokens(ids, steps, "--steps")
+    if reference is not None:
+        check_original(cfg, reference)
     model = load_engine(
         model_dir, device, dtype, ops, max_seq_len=len(ids) + steps, pdl=pdl, kernels=kernels
     )
     dev = model.device.type
-    hf = load_reference(model_dir, dev, model.dtype)
     want_fp32 = model.dtype != torch.float32 if fp32_reference is None else fp32_reference
-    hf_fp32 = load_reference(model_dir, dev, torch.float32) if want_fp32 else None
+    with reference_dir(model_dir) as ref_dir:
+        hf = load_reference(ref_dir, dev, model.dtype)
+        hf_fp32 = load_reference(ref_dir, dev, torch.float32) if want_fp32 else None
+    hf_original = load_reference(reference, dev, model.dtype) if reference is not None else None
     try:
-        return compare(model, hf, ids, steps, threshold, hf_fp32)
+        return compare(model, hf, ids, steps, threshold, hf_fp32, hf_original=hf_original)
     finally:
-        del hf, hf_fp32
+        del hf, hf_fp32, hf_original
         gc.collect()
         if dev == "cuda":
             torch.cuda.empty_cache()

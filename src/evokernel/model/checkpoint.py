@@ -115,6 +115,7 @@ class Checkpoint:
             "rope_theta": c.rope_theta,
             "max_position_embeddings": c.max_position_embeddings,
             "tie_word_embeddings": c.tie_word_embeddings,
+            "quantization": c.quantization.raw if c.quantization is not None else None,
             "lm_head": _head_kind(self),
             "config_dtype": c.dtype,
             "disk_dtypes": self.disk_dtypes(),
@@ -210,6 +211,11 @@ def _match(
     where = index or root / SINGLE_FILE
     _check_layer_count(cfg, where, located)
     expected = hf_shapes(cfg)
+    packed: dict[str, tuple[str, ...]] = {}  # packed tensor -> its allowed dtypes
+    if cfg.quantization is not None:
+        from evokernel.model.quant.layout import quantized_tensors
+
+        expected, packed = quantized_tensors(cfg, set(located))
     missing = [n for n in expected if n not in located]
     if missing:
         hint = ""
@@ -236,10 +242,11 @@ def _match(
                 f"{header.path}: tensor {name!r} has shape {list(entry.shape)}, "
                 f"config.json implies {list(want)}"
             )
-        if entry.dtype not in TORCH_DTYPES:
+        allowed = packed.get(name) or tuple(TORCH_DTYPES)
+        if entry.dtype not in allowed:
             raise CheckpointError(
                 f"{header.path}: tensor {name!r} has dtype {entry.dtype}; "
-                f"supported: {', '.join(TORCH_DTYPES)}"
+                f"supported: {', '.join(allowed)}"
             )
     return {n: located[n] for n in expected}, tuple(ignored)
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from evokernel.errors import CheckpointError, ConfigError
 from evokernel.model.families import FAMILIES, Family, family
+from evokernel.model.quant.config import QuantConfig, parse_quantization
 from evokernel.model.rope import RopeScaling, parse_rope, to_float
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -64,6 +65,9 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     model_type: str = "qwen3"  # a key of model/families.py FAMILIES
     rope_scaling: RopeScaling | None = None
+    # How the projections are stored: None for dense weights, else `quantization_config`
+    # parsed (model/quant/config.py)
+    quantization: QuantConfig | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
@@ -197,6 +201,8 @@ class ModelConfig:
             if value is not None and not isinstance(value, kind):
                 raise CheckpointError(f"{source}: {key} has the wrong type: {value!r}")
         fields = _fields(d, heads, kv_heads, head_dim, rope_theta, dtype, source)
+        if d.get("quantization_config") is not None:
+            fields["quantization"] = parse_quantization(d["quantization_config"], source)
         fields |= {
             "model_type": fam.model_type,
             "rope_scaling": rope_scaling,
@@ -240,6 +246,9 @@ class ModelConfig:
         if layout not in CONFIG_LAYOUTS:
             raise ValueError(f"layout must be one of {CONFIG_LAYOUTS}, got {layout!r}")
         d = asdict(self)
+        d.pop("quantization")
+        if self.quantization is not None:
+            d["quantization_config"] = dict(self.quantization.raw)
         eos = d.pop("eos_token_ids")
         d["eos_token_id"] = (eos[0] if len(eos) == 1 else list(eos)) if eos else None
         scaling = d.pop("rope_scaling")

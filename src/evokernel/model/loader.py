@@ -57,6 +57,10 @@ def load_weights(
     """Check the checkpoint in `model_dir` against `cfg`, then copy it to `device` as `dtype`."""
     dt = resolve_dtype(dtype)
     ckpt = inspect_checkpoint(model_dir, cfg)
+    if cfg.quantization is not None:  # packed projections (model/quant/)
+        from evokernel.model.quant.load import load_quantized
+
+        return load_quantized(ckpt, torch.device(device), dt)
     tied = ckpt.head_is_tied()
     weights = _allocate(cfg, torch.device(device), dt, tied)
     dest = _destinations(cfg, weights, tied)

@@ -57,7 +57,15 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "F16": torch.float16,
     "F32": torch.float32,
 }
-SAFETENSORS_NAMES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
+# Every dtype a tensor may be read or written as (packed quantized weights add these).
+STORAGE_DTYPES: dict[str, torch.dtype] = TORCH_DTYPES | {
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "F8_E4M3": torch.float8_e4m3fn,
+}
+SAFETENSORS_NAMES: dict[torch.dtype, str] = {v: k for k, v in STORAGE_DTYPES.items()}
 MAX_HEADER_BYTES = 100_000_000  # the reference implementation's limit
 _ALIGN = 8  # data buffer starts 8-byte aligned (header padded with spaces), as safetensors does
 
@@ -180,7 +188,7 @@ class TensorMap:
 
     def view(self, name: str) -> torch.Tensor:
         e = self.header.tensors[name]
-        dtype = TORCH_DTYPES[e.dtype]
+        dtype = STORAGE_DTYPES[e.dtype]
         start = self.header.data_start + e.begin
         count = math.prod(e.shape)
         if count == 0:

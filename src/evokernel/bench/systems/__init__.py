@@ -4,6 +4,7 @@
     evokernel_pack  the same engine with the `--kernels` pack's programs (added to the run
                 whenever a pack is given, so pack and no pack are measured in one run)
     gptfast     gpt-fast-style PyTorch model, torch.compile            systems/gptfast.py
+    gptfast_int8  the same with gpt-fast's int8 weight-only linears    systems/gptfast_int8.py
     hf_eager    transformers, SDPA, growing DynamicCache                systems/hf.py
     hf_compile  transformers, StaticCache + its compiled call           systems/hf.py
     vllm        vLLM's offline engine, only when importable             systems/vllm.py
@@ -20,7 +21,9 @@ import torch
 
 from evokernel.bench.systems.base import System
 
-SYSTEM_NAMES = ("evokernel", "evokernel_pack", "gptfast", "hf_eager", "hf_compile", "vllm")
+SYSTEM_NAMES = (
+    "evokernel", "evokernel_pack", "gptfast", "gptfast_int8", "hf_eager", "hf_compile", "vllm",
+)  # fmt: skip
 
 
 def skip_reason(name: str, device: str) -> str | None:
@@ -60,6 +63,10 @@ def load_system(
         from evokernel.bench.systems.gptfast import GptFastSystem
 
         return GptFastSystem(model_dir, device, dtype)
+    if name == "gptfast_int8":
+        from evokernel.bench.systems.gptfast_int8 import GptFastInt8System
+
+        return GptFastInt8System(model_dir, device, dtype)
     if name == "hf_eager":
         from evokernel.bench.systems.hf import HfEagerSystem
 

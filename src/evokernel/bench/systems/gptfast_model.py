@@ -56,6 +56,17 @@ class KVCache:
         return [*self.k, *self.v]
 
 
+def linear(
+    x: torch.Tensor, w: torch.Tensor | nn.Module, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x @ w^T (+ bias) for a weight Parameter, or a weight module's own product (gpt-fast's
+    `WeightOnlyInt8Linear`, bench/systems/gptfast_int8.py, swapped in for the Parameter)."""
+    if isinstance(w, nn.Module):
+        y = w(x)
+        return y if bias is None else y + bias
+    return F.linear(x, w, bias)
+
+
 def _param(t: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(t, requires_grad=False)
 
@@ -109,7 +120,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         D, hq, hkv = self.head_dim, self.n_head, self.n_kv
-        q, k, v = F.linear(x, self.wqkv, self.bqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
+        q, k, v = linear(x, self.wqkv, self.bqkv).split([hq * D, hkv * D, hkv * D], dim=-1)
         q, k = q.view(B, T, hq, D), k.view(B, T, hkv, D)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -127,7 +138,7 @@ class Attention(nn.Module):
                 enable_gqa=True,
             )  # fmt: skip
         y = y.transpose(1, 2).reshape(B, T, hq * D)
-        return F.linear(y, self.wo)
+        return linear(y, self.wo)
 
     def _decode(self, q, k_cache, v_cache, input_pos) -> torch.Tensor:
         S = k_cache.shape[2]
@@ -147,8 +158,8 @@ class FeedForward(nn.Module):
         self.w2 = _weight(w2, dtype)  # [H, I]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.w13).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, self.w2)
+        gate, up = linear(x, self.w13).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, self.w2)
 
 
 class TransformerBlock(nn.Module):
@@ -190,7 +201,7 @@ class Transformer(nn.Module):
         sin = self.sin_table[input_pos].to(x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, input_pos, cache.k[i], cache.v[i])
-        return F.linear(self.norm(x[:, -1]), self.output).float()
+        return linear(self.norm(x[:, -1]), self.output).float()
 
 
 def rope_tables(cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Quantized decode on a CUDA machine, from the source tree (PYTHONPATH=src python3):
+#
+#   scripts/gpu/quant_check.sh kernels     each quantized kernel against the bf16 one, per
+#                                          projection of Qwen3-0.6B (4 launch variants) and of
+#                                          Qwen3-4B/8B (default launch), L2-cold, CUDA events,
+#                                          medians (bench/quant_kernels.py): about 6 minutes
+#   scripts/gpu/quant_check.sh tests       the quantized kernel tests on the GPU (bf16 too)
+#                                          and the model/quant tests: about 2 minutes
+#   scripts/gpu/quant_check.sh e2e         random Qwen3-0.6B quantized by `evokernel quantize`
+#                                          in each format, verify --reference on two of them,
+#                                          then two `bench decode --suite full` runs with the
+#                                          bf16 model in each: about 9 minutes per bench run
+#   scripts/gpu/quant_check.sh e2e-4b      the same for a random Qwen3-4B shape (8 GB
+#                                          checkpoint; quantized heads only): about 12 minutes
+#
+# `e2e` needs the engine's fused ops to dispatch packed weights to ops/quant.py. Outputs go to
+# $OUT (./out): JSON, CSV and a log per step. CKPT (/tmp/evokernel-quant) holds the
+# checkpoints (written when missing). PYTHON (python3) overrides.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+export OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+CKPT=${CKPT:-/tmp/evokernel-quant}
+EK=("$PY" -m evokernel)
+
+# quantize SRC NAME FLAGS...: $CKPT/NAME from SRC, when missing
+quantize() {
+  local src=$1 name=$2; shift 2
+  [ -f "$CKPT/$name/config.json" ] || "${EK[@]}" quantize --model "$src" --out "$CKPT/$name" "$@"
+}
+
+kernels() {
+  "$PY" -m evokernel.bench.quant_kernels --shapes qwen3-0.6b \
+    --variants default,tile16k,tile64k,warps4 --out "$OUT/quant_kernels_0.6b.json" \
+    2>&1 | tee "$OUT/quant_kernels_0.6b.log"
+  "$PY" -m evokernel.bench.quant_kernels --shapes qwen3-4b,qwen3-8b --variants default \
+    --out "$OUT/quant_kernels_4b_8b.json" 2>&1 | tee "$OUT/quant_kernels_4b_8b.log"
+}
+
+tests() {
+  "$PY" -m pytest tests/kernels/test_quant_kernels.py tests/model/quant -q -p no:cacheprovider \
+    2>&1 | tee "$OUT/quant_tests.log"
+}
+
+# e2e_for TAG SRC_FLAGS...: the checkpoints, verify, and the two bench runs
+e2e_for() {
+  local tag=$1; shift
+  local base=$CKPT/$tag-bf16
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" "$@" --seed 0 || return 1
+  quantize "$base" "$tag-fp8-hfp8" --format fp8 --head fp8
+  quantize "$base" "$tag-int8-hint8" --format int8 --head int8
+  quantize "$base" "$tag-int4-hint8" --format int4 --head int8
+  for q in fp8-hfp8 int4-hint8; do
+    "${EK[@]}" verify --model "$CKPT/$tag-$q" --reference "$base" --steps 32 --json \
+      2>&1 | tee "$OUT/quant_verify_$tag-$q.log"
+  done
+  # Run 1: the headline formats (heads quantized) against bf16, in one run.
+  "${EK[@]}" bench decode --model "$base" --suite full --baselines evokernel \
+    --quantized "$CKPT/$tag-fp8-hfp8" --quantized "$CKPT/$tag-int8-hint8" \
+    --quantized "$CKPT/$tag-int4-hint8" --max-minutes 9 \
+    --out "$OUT/quant_bench_$tag.json" 2>&1 | tee "$OUT/quant_bench_$tag.log"
+}
+
+e2e() {
+  e2e_for q06 --preset qwen3-0.6b || return 1
+  local base=$CKPT/q06-bf16
+  quantize "$base" q06-fp8 --format fp8
+  quantize "$base" q06-int8 --format int8
+  quantize "$base" q06-int4 --format int4
+  # Run 2: bf16 heads, and the gpt-fast baselines (bf16 and its int8 weight-only model).
+  "${EK[@]}" bench decode --model "$base" --suite full --baselines evokernel,gptfast,gptfast_int8 \
+    --quantized "$CKPT/q06-fp8" --quantized "$CKPT/q06-int8" --quantized "$CKPT/q06-int4" \
+    --max-minutes 9 --out "$OUT/quant_bench_q06_bf16_heads.json" \
+    2>&1 | tee "$OUT/quant_bench_q06_bf16_heads.log"
+}
+
+e2e-4b() {
+  e2e_for q4b --preset qwen3-0.6b --hidden 2560 --intermediate 9728 --layers 36 --heads 32 \
+    --kv-heads 8
+}
+
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(kernels tests)
+status=0
+for s in "${sections[@]}"; do
+  echo "=== $s ==="
+  "$s" || status=1
+done
+exit $status

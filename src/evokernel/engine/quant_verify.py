@@ -1,0 +1,79 @@
+"""`verify` on quantized checkpoints: what transformers runs, and the original's figures.
+
+* The check: transformers runs the *same* quantized weights, dequantized from the published
+  tensors by a path that shares no code with our loader (model/quant/reference.py) into a
+  temporary float32 dense checkpoint (`reference_dir`). The engine runs the packed weights
+  through the quantized kernels, so the usual tight thresholds (engine/verify.py) check our
+  kernels and loader, not the quantization.
+* `--reference DIR`: the dense original the checkpoint was quantized from, run by
+  transformers on the same tokens (teacher-forced): KL(original || ours) and argmax
+  agreement per step measure the quantization's own error. Informational: it never fails
+  verify. The original must have the same architecture (vocabulary, layers, widths).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evokernel.errors import ConfigError
+from evokernel.model.config import ModelConfig
+
+SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
+
+
+@contextlib.contextmanager
+def reference_dir(model_dir: str | Path) -> Iterator[Path]:
+    """The directory transformers loads: `model_dir` itself when dense, else a temporary
+    float32 dense copy of its weights (removed on exit)."""
+    cfg = ModelConfig.from_dir(model_dir)
+    if cfg.quantization is None:
+        yield Path(model_dir)
+        return
+    from evokernel.model.quant.reference import dense_copy
+
+    with dense_copy(model_dir) as path:
+        yield path
+
+
+def quantization_label(cfg: ModelConfig) -> str | None:
+    """`gptq int4-g128, head int8-g128` / `fp8 fp8-b128x128, head dense`; None when dense."""
+    q = cfg.quantization
+    if q is None:
+        return None
+    head = None if cfg.tie_word_embeddings else q.spec("lm_head")
+    return q.describe(head)
+
+
+def check_original(cfg: ModelConfig, original: str | Path) -> None:
+    """A one-line ConfigError unless `original` has `cfg`'s architecture."""
+    other = ModelConfig.from_dir(original)
+    for key in SHAPE_KEYS:
+        if getattr(other, key) != getattr(cfg, key):
+            raise ConfigError(
+                f"--reference {original}: {key} is {getattr(other, key)}, the checkpoint's is "
+                f"{getattr(cfg, key)}; give the model it was quantized from"
+            )
+
+
+def original_figures(
+    hf_original: Any, prompt: list[int], tokens: list[int], ours: torch.Tensor
+) -> tuple[float, float]:
+    """(KL(original || ours) mean over the steps, argmax agreement) on the same contexts."""
+    from evokernel.engine.verify import kl_and_agreement, reference_forced
+
+    truth = reference_forced(hf_original, prompt, tokens)
+    kl, agree = kl_and_agreement(truth, ours)
+    return float(kl.mean()), float(agree.double().mean())

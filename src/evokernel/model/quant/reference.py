@@ -1,0 +1,144 @@
+"""A quantized checkpoint dequantized straight from its published tensors, for `verify`'s
+transformers reference: a second path to the same dense weights that shares no code with
+the loader's repacking (convert.py, packed.py).
+
+    with dense_copy(model_dir) as ref_dir: ...   # a float32 dense checkpoint of the same
+                                                 # weights, in a temporary directory
+
+Each module is dequantized in its published orientation, indexing scales and zero points by
+`g_idx` column by column (GPTQ), by the AWQ nibble order (AWQ), or by repeating block scales
+(FP8), as the publishers' own torch fallbacks do; the result is written as `P.weight`
+float32 [N, K], with every other tensor copied, and config.json without its
+`quantization_config` (tying as the quantized config says). transformers then runs the model
+as it would any dense checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from evokernel.model.checkpoint import SINGLE_FILE, inspect_checkpoint
+from evokernel.model.config import ModelConfig, read_json_object
+from evokernel.model.quant.layout import all_modules
+from evokernel.model.safetensors_io import TensorMap, TensorSpec, write_file
+
+AWQ_NIBBLE_OF_COLUMN = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a word sits in nibble [j]
+
+
+def gptq_dense(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor | None,
+    bits: int,
+    group_size: int,
+    zero_offset: int,
+) -> torch.Tensor:
+    """[N, K] float32 from GPTQ's qweight [K/p, N], qzeros [G, N/p], scales [G, N]."""
+    per, mask = 32 // bits, (1 << bits) - 1
+    K = qweight.shape[0] * per
+    rows = torch.arange(K, device=qweight.device)
+    words = qweight[rows // per].to(torch.int64)  # [K, N]: the word holding each column
+    q = (words >> ((rows % per) * bits).unsqueeze(1)) & mask
+    cols = torch.arange(qzeros.shape[1] * per, device=qzeros.device)
+    zwords = qzeros[:, cols // per].to(torch.int64)  # [G, N]
+    z = ((zwords >> ((cols % per) * bits)) & mask) + zero_offset
+    group = g_idx.long() if g_idx is not None else rows // (K if group_size == -1 else group_size)
+    w = (q - z[group]).double() * scales.double()[group]  # [K, N]
+    return w.t().float().contiguous()
+
+
+def awq_dense(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """[N, K] float32 from AWQ's qweight [K, N/8], qzeros [G, N/8], scales [G, N]."""
+    N = qweight.shape[1] * 8
+    cols = torch.arange(N, device=qweight.device)
+    nibble = torch.tensor(AWQ_NIBBLE_OF_COLUMN, device=qweight.device)[cols % 8]
+    q = (qweight[:, cols // 8].to(torch.int64) >> (4 * nibble)) & 0xF  # [K, N]
+    z = (qzeros[:, cols // 8].to(torch.int64) >> (4 * nibble)) & 0xF  # [G, N]
+    group = torch.arange(q.shape[0], device=q.device) // group_size
+    return ((q - z[group]).double() * scales.double()[group]).t().float().contiguous()
+
+
+def fp8_dense(
+    weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]
+) -> torch.Tensor:
+    N, K = weight.shape
+    rows = torch.arange(N, device=weight.device) // block[0]
+    cols = torch.arange(K, device=weight.device) // block[1]
+    return weight.float() * scale_inv.float()[rows][:, cols]
+
+
+@contextlib.contextmanager
+def dense_copy(model_dir: str | Path) -> Iterator[Path]:
+    """A temporary float32 dense checkpoint of the quantized one in `model_dir`."""
+    with tempfile.TemporaryDirectory(prefix="evokernel-dequantized-") as tmp:
+        yield write_dense_copy(model_dir, Path(tmp))
+
+
+def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
+    src = Path(model_dir)
+    cfg = ModelConfig.from_dir(src)
+    q = cfg.quantization
+    assert q is not None, "not a quantized checkpoint"
+    ckpt = inspect_checkpoint(src, cfg)
+    maps: dict[int, TensorMap] = {}
+
+    def read(name: str) -> torch.Tensor:
+        header, _ = ckpt.tensors[name]
+        tmap = maps.setdefault(id(header), TensorMap(header))
+        return tmap.view(name).clone()
+
+    modules = {m.prefix: m for m in all_modules(cfg) if m.spec is not None}
+    names: list[str] = []
+    for name in ckpt.tensors:
+        prefix = name.rpartition(".")[0]
+        if prefix in modules:
+            if f"{prefix}.weight" not in names:
+                names.append(f"{prefix}.weight")
+        else:
+            names.append(name)
+
+    def produce(spec: TensorSpec) -> torch.Tensor:
+        prefix = spec.name.rpartition(".")[0]
+        m = modules.get(prefix)
+        if m is None:
+            return read(spec.name).float()
+        s = m.spec
+        assert s is not None
+        if s.method == "fp8":
+            return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
+        qw, qz, sc = (read(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
+        if s.method == "awq":
+            return awq_dense(qw, qz, sc, m.cols if s.group_size == -1 else s.group_size)
+        g = read(f"{prefix}.g_idx") if f"{prefix}.g_idx" in ckpt.tensors else None
+        return gptq_dense(qw, qz, sc, g, s.bits, s.group_size, s.zero_offset)
+
+    shapes = {
+        n: (modules[n.rpartition(".")[0]].rows, modules[n.rpartition(".")[0]].cols)
+        if n.rpartition(".")[0] in modules
+        else ckpt.tensors[n][1].shape
+        for n in names
+    }
+    specs = [TensorSpec(n, torch.float32, tuple(shapes[n])) for n in names]
+    try:
+        write_file(out / SINGLE_FILE, specs, produce)
+    finally:
+        for tmap in maps.values():
+            tmap.close()
+    raw = read_json_object(src / "config.json")
+    raw.pop("quantization_config")
+    (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    for path in src.iterdir():
+        if path.is_file() and path.suffix == ".json" and path.name not in (
+            "config.json", "model.safetensors.index.json"
+        ):  # fmt: skip
+            (out / path.name).write_bytes(path.read_bytes())
+    return out

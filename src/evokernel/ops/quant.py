@@ -1,0 +1,311 @@
+"""Launchers of the fused decode kernels on packed weights (kernels/quant_gemv.py).
+
+Same signatures and results as the dense fused ops of ops/decode.py, with a packed weight
+(model/quant/packed.py: `Fp8Weight`, `Int4Weight`, `Int8Weight`) in place of the tensor:
+
+  norm_linear(x [M, K], norm_weight [K], weight [N, K], eps, bias=None)  -> [M, N]
+  linear_residual(x [M, K], weight [N, K], residual [M, N])   residual += round(W @ x)
+  norm_gate_up_silu(x [M, H], norm_weight [H], gate_up [2I, H], eps)     -> [M, I]
+  norm_logits(x [M, H], norm_weight [H], lm_head [V, H], eps)            -> [M, V] float32
+  greedy_head(x, norm_weight, lm_head, eps, tokens [M], positions, seq_lens)  (in place)
+  linear(x [M, K], weight [N, K])                                        -> [M, N]
+
+  head_keys(x, norm_weight, lm_head, eps, keys [>= M] int64)   each row's argmax key atomically
+      maxed into keys (kernels/gemv.py `argmax_key`): greedy_head's first launch, for a
+      caller that runs the finishing kernel itself
+
+Rows: 1..`MAX_ROWS` per fused call (the decode batch), as a loop over the weight tile held in
+registers: built for a few rows (a step reads the weights once whatever the batch; beyond
+~16 rows the CUDA-core products, not the bytes, set the time). `linear` takes any number,
+running the kernel up to `LINEAR_KERNEL_ROWS` rows and the dequantized weight through torch
+beyond (prefill). Activations bfloat16 / float16 (float32 under the CPU interpreter).
+
+Launch sizes: a program owns BLOCK_N rows and the whole K: as many values as the bf16
+kernels' `tuning.tile_bytes` tile (so a quarter of those bytes, packed, at 4 bits: registers
+follow the values), with BLOCK_N lowered until there are at least as many programs as SMs,
+as the dense launchers do (`block_n`). Warps: `tuning.gemv_warps`, else 8 for tiles of >= 16K
+values and 4 below. Everything depends on
+shapes and host-side values only: no host sync, graph-capturable.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from evokernel.model.quant.packed import Fp8Weight, IntWeight
+from evokernel.model.weights import PackedWeight
+from evokernel.ops.decode import ARGMAX_MAX_VOCAB, DEFAULT, DecodeTuning, argmax_keys
+from evokernel.ops.grid import cdiv, next_pow2
+
+MAX_ROWS = 256
+LINEAR_KERNEL_ROWS = 16
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: few programs keep CPU tests fast
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A packed weight as the kernels take it: four pointers, three strides, constexprs."""
+
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # q, s, z, perm
+    strides: tuple[int, int, int]
+    meta: dict[str, Any]
+    row_bytes: int  # packed bytes one row loads (padding included)
+    values_per_row: int  # values one row unpacks (padding included)
+
+
+def layout(w: PackedWeight) -> Layout:
+    _N, K = w.shape
+    if isinstance(w, Fp8Weight):
+        gs, ng = w.block_k, next_pow2(cdiv(K, w.block_k))
+        q, s = w.weight, w.scale
+        assert _rows_contiguous(q) and _rows_contiguous(s)
+        meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GW=1, SCALE_ROWS=w.block_n, HAS_Z=False,
+                    ZOFF=0, HAS_PERM=False)  # fmt: skip
+        return Layout((q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gs + 4 * ng, ng * gs)
+    assert isinstance(w, IntWeight), type(w)
+    per = w.per_word
+    gs = w.group_size
+    ng, gw = next_pow2(w.groups), next_pow2(gs // per)
+    q, s = w.qweight, w.scales
+    z = w.zeros if w.zeros is not None else s
+    p = w.perm if w.perm is not None else s
+    assert _rows_contiguous(q) and _rows_contiguous(s) and _rows_contiguous(z)
+    meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GW=gw, SCALE_ROWS=1,
+                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
+                HAS_PERM=w.perm is not None)  # fmt: skip
+    row_bytes = ng * gw * 4 + ng * (s.element_size() + (1 if w.zeros is not None else 0))
+    return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
+                  ng * gw * per)  # fmt: skip
+
+
+def _rows_contiguous(t: torch.Tensor) -> bool:
+    """Each row's elements adjacent (a one-column tensor's column stride is meaningless)."""
+    return t.dim() == 1 or t.shape[-1] == 1 or t.stride(-1) == 1
+
+
+def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, tiles: int = 1) -> int:
+    """Rows per program: as many values as the bf16 kernels' tile of `tile_bytes` holds
+    (`tiles` weight tiles per row), a power of two, lowered to at least one program per SM.
+
+    Values, not packed bytes: a program's registers grow with the values it unpacks and the
+    activations it pairs them with (sm_90 builds at Qwen3-0.6B's shapes: int4 tiles of 32 KB
+    packed need 255 registers a thread, one program per SM; of 16K values, 128)."""
+    per_row = 2 * lay.values_per_row * tiles
+    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
+    block = 1 << (block.bit_length() - 1)
+    while block > 1 and cdiv(N, block) < sm_count(device):
+        block //= 2
+    return block
+
+
+def _warps(block: int, lay: Layout, tuning: DecodeTuning, tiles: int = 1) -> int:
+    if tuning.gemv_warps:
+        return tuning.gemv_warps
+    return 8 if block * lay.values_per_row * tiles >= 16384 else 4
+
+
+def _check_rows(x: torch.Tensor, K: int, max_rows: int = MAX_ROWS) -> int:
+    M = x.shape[0]
+    assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
+    assert 1 <= M <= max_rows, f"fused quantized ops take 1..{max_rows} rows, got {M}"
+    assert x.stride(1) == 1, "rows must be contiguous"
+    assert x.dtype in (torch.bfloat16, torch.float16, torch.float32), x.dtype
+    return M
+
+
+def _check(weight: PackedWeight, x: torch.Tensor) -> Layout:
+    assert isinstance(weight, PackedWeight), type(weight)
+    assert weight.device == x.device, (weight.device, x.device)
+    return layout(weight)
+
+
+def norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: PackedWeight,
+    eps: float,
+    bias: torch.Tensor | None = None,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    _N, K = weight.shape
+    _check_rows(x, K)
+    assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
+    return _gemv(x, norm_weight, weight, eps, bias, tuning, norm=True)
+
+
+def _gemv(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor | None,
+    weight: PackedWeight,
+    eps: float,
+    bias: torch.Tensor | None,
+    tuning: DecodeTuning,
+    norm: bool,
+) -> torch.Tensor:
+    from evokernel.kernels.quant_gemv import quant_norm_gemv_kernel
+
+    N, K = weight.shape
+    M = x.shape[0]
+    lay = _check(weight, x)
+    if bias is not None:
+        assert bias.shape == (N,) and bias.dtype == x.dtype and bias.stride(0) == 1
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    bn = block_n(N, lay, x.device, tuning)
+    quant_norm_gemv_kernel[(cdiv(N, bn),)](
+        x, norm_weight if norm_weight is not None else x, *lay.tensors,
+        bias if bias is not None else x, y, M, N, x.stride(0), *lay.strides[:3], y.stride(0),
+        eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K), NORM=norm, HAS_BIAS=bias is not None,
+        PDL=tuning.pdl, num_warps=_warps(bn, lay, tuning), launch_pdl=tuning.pdl, **lay.meta,
+    )  # fmt: skip
+    return y
+
+
+def linear(x: torch.Tensor, weight: PackedWeight) -> torch.Tensor:
+    """y = x @ W^T for any number of rows: the kernel up to LINEAR_KERNEL_ROWS, beyond it
+    the weight dequantized to x's dtype and torch's matmul (prefill)."""
+    _N, K = weight.shape
+    assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
+    if x.shape[0] > LINEAR_KERNEL_ROWS or x.shape[0] == 0:
+        return torch.nn.functional.linear(x, weight.dequantize(x.dtype))
+    x = x if x.stride(1) == 1 else x.contiguous()
+    _check_rows(x, K)
+    return _gemv(x, None, weight, 0.0, None, DEFAULT, norm=False)
+
+
+def linear_residual(
+    x: torch.Tensor,
+    weight: PackedWeight,
+    residual: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    from evokernel.kernels.quant_gemv import quant_gemv_add_kernel
+
+    N, K = weight.shape
+    M = _check_rows(x, K)
+    assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
+    lay = _check(weight, x)
+    bn = block_n(N, lay, x.device, tuning)
+    quant_gemv_add_kernel[(cdiv(N, bn),)](
+        x, *lay.tensors, residual, M, N, x.stride(0), *lay.strides, residual.stride(0),
+        K=K, BLOCK_N=bn, PDL=tuning.pdl, num_warps=_warps(bn, lay, tuning),
+        launch_pdl=tuning.pdl, **lay.meta,
+    )  # fmt: skip
+    return residual
+
+
+def norm_gate_up_silu(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    gate_up: PackedWeight,
+    eps: float,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    from evokernel.kernels.quant_gemv import quant_norm_gate_up_kernel
+
+    two_i, K = gate_up.shape
+    M = _check_rows(x, K)
+    assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
+    lay = _check(gate_up, x)
+    inter = two_i // 2
+    act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
+    bn = block_n(inter, lay, x.device, tuning, tiles=2)
+    quant_norm_gate_up_kernel[(cdiv(inter, bn),)](
+        x, norm_weight, *lay.tensors, act, M, inter, x.stride(0), *lay.strides, act.stride(0),
+        eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K), PDL=tuning.pdl,
+        num_warps=_warps(bn, lay, tuning, tiles=2), launch_pdl=tuning.pdl, **lay.meta,
+    )  # fmt: skip
+    return act
+
+
+def _head(
+    x: torch.Tensor, norm_weight: torch.Tensor, lm_head: PackedWeight, eps: float,
+    logits: torch.Tensor | None, keys: torch.Tensor | None, tuning: DecodeTuning,
+) -> None:  # fmt: skip
+    """The normed packed lm_head: into `logits` [M, V] if given, and each row's argmax key
+    atomically maxed into `keys` [M] if given (ops/decode.py `_head`)."""
+    from evokernel.kernels.quant_gemv import quant_norm_head_kernel
+
+    V, K = lm_head.shape
+    M = _check_rows(x, K)
+    assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
+    lay = _check(lm_head, x)
+    bn = block_n(V, lay, x.device, tuning)
+    out = logits if logits is not None else x  # an unused pointer argument
+    quant_norm_head_kernel[(cdiv(V, bn),)](
+        x, norm_weight, *lay.tensors, keys if keys is not None else out, out, M, V,
+        x.stride(0), *lay.strides, out.stride(0), eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K),
+        WRITE_LOGITS=logits is not None, ARGMAX=keys is not None, PDL=tuning.pdl,
+        num_warps=_warps(bn, lay, tuning), launch_pdl=tuning.pdl, **lay.meta,
+    )  # fmt: skip
+
+
+def head_keys(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: PackedWeight,
+    eps: float,
+    keys: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> None:
+    """Each row's argmax key (value, then lowest id) atomically maxed into `keys` [>= M],
+    which must hold zeros (ops/decode.py `argmax_keys`)."""
+    assert keys.dtype == torch.int64 and keys.numel() >= x.shape[0]
+    assert lm_head.shape[0] <= ARGMAX_MAX_VOCAB, lm_head.shape
+    _head(x, norm_weight, lm_head, eps, None, keys, tuning)
+
+
+def norm_logits(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: PackedWeight,
+    eps: float,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> torch.Tensor:
+    logits = torch.empty((x.shape[0], lm_head.shape[0]), device=x.device, dtype=torch.float32)
+    _head(x, norm_weight, lm_head, eps, logits, None, tuning)
+    return logits
+
+
+def greedy_head(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    lm_head: PackedWeight,
+    eps: float,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    tuning: DecodeTuning = DEFAULT,
+) -> None:
+    """ops/decode.py `greedy_head` on a packed head: the head folds each program's argmax
+    into one int64 key per row (the kept zeroed buffer of ops/decode.py), then one small
+    program writes the tokens, zeroes the keys and advances positions and seq_lens."""
+    from evokernel.kernels.gemv import argmax_finish_kernel
+
+    M = x.shape[0]
+    assert tokens.shape == (M,) and tokens.dtype == torch.int64
+    assert positions.shape == (M,) and seq_lens.shape == (M,)
+    V = lm_head.shape[0]
+    assert V <= ARGMAX_MAX_VOCAB, f"greedy argmax takes up to {ARGMAX_MAX_VOCAB} ids, got {V}"
+    keys = argmax_keys(x.device, MAX_ROWS)
+    head_keys(x, norm_weight, lm_head, eps, keys, tuning=tuning)
+    argmax_finish_kernel[(1,)](
+        keys, tokens, positions, seq_lens, M,
+        BLOCK_M=next_pow2(M), ADVANCE=True, PDL=tuning.pdl, num_warps=1 if M <= 32 else 4,
+        launch_pdl=tuning.pdl,
+    )  # fmt: skip
