@@ -22,7 +22,7 @@ from quant_weights import (
     ref_norm_linear,
 )
 
-from evokernel.ops import quant
+from evokernel.ops import decode, quant
 from evokernel.ops.decode import DecodeTuning, argmax_keys
 
 # (bits, group, zeros, zero_offset, perm)
@@ -113,7 +113,7 @@ def test_greedy_head_writes_the_argmax_and_advances(kind, tile_bytes, device) ->
     pos = torch.arange(3, 3 + M, dtype=torch.int32, device=device)
     tokens, lens = torch.full((M,), -1, dtype=torch.int64, device=device), pos + 1
     tuning = DecodeTuning(tile_bytes=tile_bytes)
-    quant.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
+    decode.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
     assert tokens.tolist() == ref_logits(x, norm_w, w).argmax(-1).tolist()
     assert pos.tolist() == [4, 5, 6] and lens.tolist() == [5, 6, 7]
     assert not argmax_keys(torch.device(device), quant.MAX_ROWS).any()  # left zero

@@ -22,17 +22,13 @@ All of it depends on shapes and host-side bounds only: no host sync, graph-captu
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 import torch
 
-from evokernel.model.weights import Weight
-from evokernel.ops import attention_cuda, layer
+from evokernel.model.weights import PackedWeight, Weight
+from evokernel.ops import attention_cuda, layer, quant
 from evokernel.ops.layer import kept_zeros, next_pow2
-from evokernel.ops.tuning import DEFAULT, DecodeTuning
+from evokernel.ops.tuning import DEFAULT, MAX_ROWS, DecodeTuning
 
-MAX_ROWS = 256
 ARGMAX_MAX_VOCAB = 1 << 24  # greedy_head's argmax keys hold the id in 24 bits
 
 __all__ = [
@@ -67,15 +63,6 @@ def _check_rows(x: torch.Tensor, K: int) -> int:
     return M
 
 
-def _packed(weight: Weight) -> bool:
-    return not isinstance(weight, torch.Tensor)
-
-
-def _quant() -> Any:
-    """The packed formats' launchers (ops/quant.py), imported on first use."""
-    return importlib.import_module("evokernel.ops.quant")
-
-
 def _dense(weight: Weight, K: int, x: torch.Tensor) -> torch.Tensor:
     assert isinstance(weight, torch.Tensor)
     assert weight.shape[1] == K and weight.stride(1) == 1, (tuple(weight.shape), K)
@@ -96,8 +83,8 @@ def norm_linear(
     _check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     assert bias is None or (bias.shape == (N,) and bias.is_contiguous())
-    if _packed(weight):
-        return _quant().norm_linear(x, norm_weight, weight, eps, bias, tuning=tuning)
+    if isinstance(weight, PackedWeight):
+        return quant.norm_linear(x, norm_weight, weight, eps, bias, tuning=tuning)
     return layer.norm_linear(x, norm_weight, _dense(weight, K, x), bias, eps, tuning)
 
 
@@ -111,8 +98,8 @@ def linear_residual(
     N, K = weight.shape
     M = _check_rows(x, K)
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
-    if _packed(weight):
-        return _quant().linear_residual(x, weight, residual, tuning=tuning)
+    if isinstance(weight, PackedWeight):
+        return quant.linear_residual(x, weight, residual, tuning=tuning)
     return layer.linear_residual(x, _dense(weight, K, x), residual, tuning)
 
 
@@ -127,8 +114,8 @@ def norm_gate_up_silu(
     two_i, K = gate_up.shape
     _check_rows(x, K)
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
-    if _packed(gate_up):
-        return _quant().norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning=tuning)
+    if isinstance(gate_up, PackedWeight):
+        return quant.norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning=tuning)
     return layer.norm_gate_up_silu(x, norm_weight, _dense(gate_up, K, x), eps, tuning)
 
 
@@ -255,8 +242,8 @@ def norm_logits(
     *,
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
-    if _packed(lm_head):
-        return _quant().norm_logits(x, norm_weight, lm_head, eps, tuning=tuning)
+    if isinstance(lm_head, PackedWeight):
+        return quant.norm_logits(x, norm_weight, lm_head, eps, tuning=tuning)
     assert isinstance(lm_head, torch.Tensor)
     logits = torch.empty((x.shape[0], lm_head.shape[0]), device=x.device, dtype=torch.float32)
     _head(x, norm_weight, lm_head, eps, logits, None, tuning)
@@ -286,8 +273,8 @@ def greedy_head(
     V = lm_head.shape[0]
     assert V <= ARGMAX_MAX_VOCAB, f"greedy argmax takes up to {ARGMAX_MAX_VOCAB} ids, got {V}"
     keys = argmax_keys(x.device, MAX_ROWS)
-    if _packed(lm_head):
-        _quant().head_keys(x, norm_weight, lm_head, eps, keys, tuning=tuning)
+    if isinstance(lm_head, PackedWeight):
+        quant.head_keys(x, norm_weight, lm_head, eps, keys, tuning=tuning)
     else:
         assert isinstance(lm_head, torch.Tensor)
         _head(x, norm_weight, lm_head, eps, None, keys, tuning)

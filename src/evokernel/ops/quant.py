@@ -30,7 +30,6 @@ shapes and host-side values only: no host sync, graph-capturable.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,18 +37,11 @@ import torch
 
 from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.weights import PackedWeight
-from evokernel.ops.decode import ARGMAX_MAX_VOCAB, DEFAULT, DecodeTuning, argmax_keys
 from evokernel.ops.grid import cdiv, next_pow2
+from evokernel.ops.layer import sm_count
+from evokernel.ops.tuning import DEFAULT, MAX_ROWS, DecodeTuning
 
-MAX_ROWS = 256
 LINEAR_KERNEL_ROWS = 16
-
-
-@functools.lru_cache(maxsize=8)
-def sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # the interpreter: few programs keep CPU tests fast
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 @dataclass(frozen=True)
@@ -264,7 +256,6 @@ def head_keys(
     """Each row's argmax key (value, then lowest id) atomically maxed into `keys` [>= M],
     which must hold zeros (ops/decode.py `argmax_keys`)."""
     assert keys.dtype == torch.int64 and keys.numel() >= x.shape[0]
-    assert lm_head.shape[0] <= ARGMAX_MAX_VOCAB, lm_head.shape
     _head(x, norm_weight, lm_head, eps, None, keys, tuning)
 
 
@@ -279,33 +270,3 @@ def norm_logits(
     logits = torch.empty((x.shape[0], lm_head.shape[0]), device=x.device, dtype=torch.float32)
     _head(x, norm_weight, lm_head, eps, logits, None, tuning)
     return logits
-
-
-def greedy_head(
-    x: torch.Tensor,
-    norm_weight: torch.Tensor,
-    lm_head: PackedWeight,
-    eps: float,
-    tokens: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    tuning: DecodeTuning = DEFAULT,
-) -> None:
-    """ops/decode.py `greedy_head` on a packed head: the head folds each program's argmax
-    into one int64 key per row (the kept zeroed buffer of ops/decode.py), then one small
-    program writes the tokens, zeroes the keys and advances positions and seq_lens."""
-    from evokernel.kernels.gemv import argmax_finish_kernel
-
-    M = x.shape[0]
-    assert tokens.shape == (M,) and tokens.dtype == torch.int64
-    assert positions.shape == (M,) and seq_lens.shape == (M,)
-    V = lm_head.shape[0]
-    assert V <= ARGMAX_MAX_VOCAB, f"greedy argmax takes up to {ARGMAX_MAX_VOCAB} ids, got {V}"
-    keys = argmax_keys(x.device, MAX_ROWS)
-    head_keys(x, norm_weight, lm_head, eps, keys, tuning=tuning)
-    argmax_finish_kernel[(1,)](
-        keys, tokens, positions, seq_lens, M,
-        BLOCK_M=next_pow2(M), ADVANCE=True, PDL=tuning.pdl, num_warps=1 if M <= 32 else 4,
-        launch_pdl=tuning.pdl,
-    )  # fmt: skip

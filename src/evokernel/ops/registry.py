@@ -76,11 +76,16 @@ Op = Callable[..., Any]
 
 def decode_sized_linear(candidate: Op, max_rows: int = LINEAR_MAX_ROWS) -> Op:
     """`linear` that runs `candidate` (the `decode_linear` interface: dense weights, no bias)
-    for up to `max_rows` rows and torch beyond; a packed weight goes to torch's reference (its
-    dequantized form), a bias is added to the candidate's rounded output."""
+    for up to `max_rows` rows and torch beyond; a packed weight goes to its format's launcher
+    (ops/quant.py); a bias is added to the rounded output."""
 
     def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.shape[0] > max_rows or not isinstance(weight, torch.Tensor):
+        if not isinstance(weight, torch.Tensor):  # a packed format: its own launcher
+            from evokernel.ops import quant
+
+            y = quant.linear(x, weight)
+            return y if bias is None else (y.float() + bias.float()).to(y.dtype)
+        if x.shape[0] > max_rows:
             return reference.linear(x, weight, bias)
         y = candidate(x, weight)
         return y if bias is None else (y.float() + bias.float()).to(y.dtype)

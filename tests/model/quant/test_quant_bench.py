@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from packed_ops import packed_opset
 
 from evokernel.bench.decode import SUITES, DecodeBenchOptions, run_decode_bench
 from evokernel.bench.results import validate
@@ -38,8 +37,8 @@ def test_quantized_systems_report_their_own_and_the_bf16_floor(tmp_path, monkeyp
     write_quantized(src, i4, QuantizeOptions("int4", head="int8", group_size=32))
     real = evokernel_system.load_engine
 
-    def engine(model_dir, device, dtype, ops, **kw):  # the packed dispatch (packed_ops.py)
-        return real(model_dir, device, dtype, packed_opset(OpSet.torch()), **kw)
+    def engine(model_dir, device, dtype, ops, **kw):
+        return real(model_dir, device, dtype, OpSet.torch(), **kw)
 
     monkeypatch.setattr(evokernel_system, "load_engine", engine)
     opts = _options(src, tmp_path / "b.json", (i4,), ("evokernel", "gptfast_int8"))

@@ -2,7 +2,7 @@
 (against transformers on the same weights dequantized independently, tight float32
 threshold) and `verify --reference` (the original's KL, informational); generate; the same
 for checkpoints of the independent writer. The fused decode ops run the quantized Triton
-kernels under the interpreter (packed_ops.py)."""
+kernels under the interpreter (the engine's op set dispatches on the weight type)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from packed_ops import packed_opset
 from published import write_awq, write_fp8, write_gptq
 
 from evokernel import device as devices
@@ -37,7 +36,7 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _ops() -> OpSet:
     devices.prepare("cpu")
-    return packed_opset(OpSet.triton(pdl=False))
+    return OpSet.triton(pdl=False)
 
 
 QUANTIZED = {
