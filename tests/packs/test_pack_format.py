@@ -198,14 +198,13 @@ def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) ->
     calls.clear()
     wrong_calls.clear()
     h = torch.randn(1, 64)
-    args = _layer_args(cfg, h)
-    out = layer(*args, 200)
+    out = layer(h, **_layer_args(cfg), max_len=200)
     assert calls == [200]
-    want = OpSet.torch().decode_layer(*_layer_args(cfg, h.clone()), 200)
+    want = OpSet.torch().decode_layer(h.clone(), **_layer_args(cfg), max_len=200)
     assert torch.equal(out, want)
-    layer(*_layer_args(cfg, h.clone()), 512)  # baseline: the op set's own layer
+    layer(h.clone(), **_layer_args(cfg), max_len=512)  # baseline: the op set's own layer
     assert calls == [200]
-    layer(*_layer_args(cfg, h.clone()), 1024)
+    layer(h.clone(), **_layer_args(cfg), max_len=1024)
     assert calls == [200] and wrong_calls == [1024]  # the wrong program ran for its bucket
     # A pack of baselines only changes nothing.
     plain = write_hand_pack(tmp_path / "plain", cfg)
@@ -213,7 +212,8 @@ def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) ->
     assert same.origin["decode_layer"] == "torch"
 
 
-def _layer_args(cfg: ModelConfig, h: torch.Tensor) -> list:
+def _layer_args(cfg: ModelConfig) -> dict:
+    """One tiny layer's keyword arguments (the same values on every call), max_len aside."""
     from evokernel.ops.rope import rope_table
 
     g = torch.Generator().manual_seed(1)
@@ -221,8 +221,10 @@ def _layer_args(cfg: ModelConfig, h: torch.Tensor) -> list:
     w = lambda *s: torch.randn(*s, generator=g) * 0.1
     cos, sin = rope_table(D, 1e6, 64, torch.device("cpu"))
     pos = torch.tensor([7], dtype=torch.int32)
-    return [
-        h, 1 + w(H), w((Hq + 2 * Hkv) * D, H), 1 + w(D), 1 + w(D), w(H, Hq * D), 1 + w(H),
-        w(2 * inter, H), w(H, inter), cos, sin, pos, w(1, Hkv, 64, D), w(1, Hkv, 64, D),
-        pos + 1, D**-0.5, 1e-6,
-    ]  # fmt: skip
+    return dict(
+        input_norm=1 + w(H), qkv_proj=w((Hq + 2 * Hkv) * D, H), q_norm=1 + w(D),
+        k_norm=1 + w(D), o_proj=w(H, Hq * D), post_attn_norm=1 + w(H),
+        gate_up_proj=w(2 * inter, H), down_proj=w(H, inter), qkv_bias=None, cos=cos, sin=sin,
+        positions=pos, k_cache=w(1, Hkv, 64, D), v_cache=w(1, Hkv, 64, D), seq_lens=pos + 1,
+        scale=D**-0.5, eps=1e-6,
+    )  # fmt: skip

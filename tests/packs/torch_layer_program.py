@@ -46,11 +46,12 @@ def decode_layer(
     CALLS.append(int(max_len))
     B = h.shape[0]
     hkv, D = k_cache.shape[1], k_cache.shape[3]
-    qkv = F.linear(_rms_norm(h, input_norm, eps), qkv_proj)
+    qkv = F.linear(_rms_norm(h, input_norm, eps), qkv_proj, qkv_bias)
     hq = qkv.shape[-1] // D - 2 * hkv
     heads = qkv.view(B, 1, hq + 2 * hkv, D)
-    q = _rms_norm(heads[:, :, :hq], q_norm, eps)
-    k = _rms_norm(heads[:, :, hq : hq + hkv], k_norm, eps)
+    q, k = heads[:, :, :hq], heads[:, :, hq : hq + hkv]
+    if q_norm is not None:
+        q, k = _rms_norm(q, q_norm, eps), _rms_norm(k, k_norm, eps)
     v = heads[:, :, hq + hkv :]
     pos = positions.view(B, 1).long()
     c = cos[pos].to(qkv.dtype).unsqueeze(2)
