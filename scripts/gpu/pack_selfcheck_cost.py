@@ -1,4 +1,4 @@
-"""What admitting a kernel pack costs on a GPU (packs/use.py: trust, static check, import and
+"""What admitting a kernel pack costs on a GPU (engine/packs/use.py: trust, static check, import and
 the load-time self-check), for a pack whose every context bucket runs the decode_layer task's
 seed program (Triton) at a checkpoint's shape (a random `qwen3-0.6b` unless --model is given).
 
@@ -53,10 +53,7 @@ def _measure(model_dir: Path | None, device: str, scratch: Path) -> int:
     dtype = devices.default_dtype(device)
     from evokernel.cli import main as cli
     from evokernel.engine.graph import context_buckets
-    from evokernel.model.config import ModelConfig
-    from evokernel.model.random import write_random_checkpoint
-    from evokernel.ops.registry import OpSet
-    from evokernel.packs.format import (
+    from evokernel.engine.packs.format import (
         Pack,
         PackEntry,
         TaskTable,
@@ -64,9 +61,12 @@ def _measure(model_dir: Path | None, device: str, scratch: Path) -> int:
         shape_key,
         software_versions,
     )
-    from evokernel.packs.use import PackPolicy, open_pack
-    from evokernel.packs.write import save_pack
+    from evokernel.engine.packs.use import PackPolicy, open_pack
+    from evokernel.model.config import ModelConfig
+    from evokernel.model.random import write_random_checkpoint
+    from evokernel.ops.registry import OpSet
     from evokernel.tasks.decode_layer.task import SEED, decode_layer_name
+    from evokernel.tune.write import save_pack
 
     model = model_dir or write_random_checkpoint(scratch / "model", "qwen3-0.6b", seed=0)
     cfg = ModelConfig.from_dir(model)

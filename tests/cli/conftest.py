@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evokernel.engine.packs.trust import KEY_ENV
 from evokernel.model.random import write_random_checkpoint
-from evokernel.packs.trust import KEY_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,5 @@
 """Random checkpoints for the kernel-pack tests (written once per session, read-only), and a
-pack key of the tests' own (packs/trust.py), so no test reads or writes the user's."""
+pack key of the tests' own (engine/packs/trust.py), so no test reads or writes the user's."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evokernel.engine.packs.trust import KEY_ENV
 from evokernel.model.random import write_random_checkpoint
-from evokernel.packs.trust import KEY_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)

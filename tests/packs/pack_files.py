@@ -10,15 +10,15 @@ from typing import Any
 
 from evokernel.cli import main
 from evokernel.engine.graph import context_buckets
-from evokernel.model.config import ModelConfig
-from evokernel.packs.format import (
+from evokernel.engine.packs.format import (
     FORMAT,
     FORMAT_VERSION,
     describe_device,
     shape_key,
     software_versions,
 )
-from evokernel.packs.trust import content_hash, sign
+from evokernel.engine.packs.trust import content_hash, sign
+from evokernel.model.config import ModelConfig
 
 # A correct `decode_layer` made of the torch reference ops, counting its calls by context bound.
 LAYER_PROGRAM = (Path(__file__).with_name("torch_layer_program.py")).read_text()
@@ -100,8 +100,8 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 def program_calls(pack: Path, bound: int) -> list[int]:
     """The CALLS list of the counting program serving bucket `bound` of the hand pack at `pack`
     (the module this process imported for it: one per program text)."""
-    from evokernel.packs.load import read_pack
-    from evokernel.packs.programs import import_program
+    from evokernel.engine.packs.load import read_pack
+    from evokernel.engine.packs.programs import import_program
 
     fn = import_program(read_pack(pack), f"programs/layer-{bound}.py", "decode_layer")
     calls: list[int] = fn.__globals__["CALLS"]

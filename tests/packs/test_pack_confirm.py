@@ -1,4 +1,4 @@
-"""packs/confirm.py: a program stays in a bucket only where the whole decode step, timed
+"""tune/confirm.py: a program stays in a bucket only where the whole decode step, timed
 interleaved with and without the pack, is faster with it; otherwise the bucket goes back to
 the baseline, with what was measured recorded in pack.json. Real engines on a tiny CPU
 checkpoint; the verdicts come from scripted interval results where a CPU cannot give them."""
@@ -15,9 +15,10 @@ from pack_files import LAYER_PROGRAM, write_hand_pack
 
 from evokernel.bench import paired
 from evokernel.engine.graph import context_buckets
+from evokernel.engine.packs.load import load_pack
 from evokernel.model.config import ModelConfig
-from evokernel.packs import confirm, load_pack
-from evokernel.packs.confirm import bucket_positions, confirm_pack
+from evokernel.tune import confirm
+from evokernel.tune.confirm import bucket_positions, confirm_pack
 
 
 def test_each_bucket_is_checked_at_its_low_and_high_end() -> None:
@@ -31,7 +32,7 @@ def test_each_bucket_is_checked_at_its_low_and_high_end() -> None:
 
 
 def load_entries(bounds: list[int]) -> tuple[Any, ...]:
-    from evokernel.packs.format import BASELINE, PackEntry
+    from evokernel.engine.packs.format import BASELINE, PackEntry
 
     return tuple(PackEntry(b, f"s{b}", b, BASELINE) for b in bounds)
 

@@ -11,12 +11,13 @@ import torch
 from pack_files import LAYER_PROGRAM, WRONG_PROGRAM, edit_pack, program_calls, write_hand_pack
 
 from evokernel.engine.graph import context_buckets
+from evokernel.engine.packs.dispatch import packed_ops
+from evokernel.engine.packs.format import PackError
+from evokernel.engine.packs.load import load_pack, read_pack
 from evokernel.model.config import ModelConfig
 from evokernel.ops.registry import OpSet
-from evokernel.packs import PackError, load_pack, write_pack
-from evokernel.packs.load import read_pack
-from evokernel.packs.write import choose_scenarios, format_pack
 from evokernel.tasks.base import Scenario
+from evokernel.tune.write import choose_scenarios, format_pack, write_pack
 
 
 def _scenario(name: str, ctx: int, B: int = 1, hidden: bool = False) -> Scenario:
@@ -186,7 +187,7 @@ def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) ->
     # 256 -> the counting program, 512 -> baseline, 1024 -> a wrong program, rest baseline
     pack_dir = write_hand_pack(tmp_path / "pack", cfg, {256: LAYER_PROGRAM, 1024: WRONG_PROGRAM})
     pack = load_pack(pack_dir, cfg, "cpu", "float32")
-    ops = OpSet.torch().with_pack(pack)
+    ops = packed_ops(OpSet.torch(), pack)
     assert ops.origin["decode_layer"] == f"pack:{pack_dir}"
     layer = ops.decode_layer
     assert [layer.program(b) for b in (1, 256, 300, 512, 1000, 1024, 4096, 10**6)] == [
@@ -208,7 +209,7 @@ def test_packed_op_runs_each_buckets_program(tmp_path: Path, tiny_fp32: Path) ->
     assert calls == [200] and wrong_calls == [1024]  # the wrong program ran for its bucket
     # A pack of baselines only changes nothing.
     plain = write_hand_pack(tmp_path / "plain", cfg)
-    same = OpSet.torch().with_pack(read_pack(plain))
+    same = packed_ops(OpSet.torch(), read_pack(plain))
     assert same.origin["decode_layer"] == "torch"
 
 

@@ -53,12 +53,12 @@ def test_pack_program_runs_in_its_buckets_graph(qwen_2layers: Path, tmp_path: Pa
 
 def test_a_slower_program_is_sent_back_to_the_baseline(qwen_2layers: Path, tmp_path: Path) -> None:
     """The torch-ops layer in the 256 bucket is slower than the engine's fused layer: timed
-    end to end with and without the pack (packs/confirm.py), the bucket goes back to the
+    end to end with and without the pack (tune/confirm.py), the bucket goes back to the
     baseline, with the measurement recorded."""
     import torch
 
-    from evokernel.packs import load_pack
-    from evokernel.packs.confirm import confirm_pack
+    from evokernel.engine.packs.load import load_pack
+    from evokernel.tune.confirm import confirm_pack
 
     cfg = ModelConfig.from_dir(qwen_2layers)
     path = write_hand_pack(

@@ -14,8 +14,8 @@ import pytest
 import torch
 from pack_files import LAYER_PROGRAM, WRONG_PROGRAM, run_cli, write_hand_pack
 
+from evokernel.engine.packs.trust import KEY_ENV
 from evokernel.model.config import ModelConfig
-from evokernel.packs.trust import KEY_ENV
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the hand-written packs are CPU packs"
@@ -89,7 +89,7 @@ def test_tampered_program_and_edited_hashes_are_refused(tiny_fp32: Path, tmp_pat
         code, _, err = _generate(tiny_fp32, pack, *flags)
         _one_line(code, err, "program programs/layer-256.py does not match its content hash")
     # Hashes edited to match: the signature no longer checks.
-    from evokernel.packs.trust import content_hash
+    from evokernel.engine.packs.trust import content_hash
 
     doc = json.loads((pack / "pack.json").read_text())
     doc["hashes"]["programs/layer-256.py"] = content_hash(program.read_bytes())

@@ -18,10 +18,10 @@ import torch
 from pack_files import run_cli, write_hand_pack
 
 from evokernel.cli import main
+from evokernel.engine.packs.load import load_pack
 from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
-from evokernel.packs import load_pack
-from evokernel.packs.tune import engine_tasks
+from evokernel.tune.search import engine_tasks
 
 
 def _config(preset: str) -> ModelConfig:

@@ -34,7 +34,6 @@ import torch
 from evokernel import device as devices
 from evokernel.bench import floor
 from evokernel.bench.env import collect_env
-from evokernel.bench.nvml import Nvml
 from evokernel.bench.paired import (
     CONTROL_SUFFIX,
     control_copy,
@@ -48,6 +47,7 @@ from evokernel.bench.stepping import CellPlan, free, measure_cell, prompt_ids
 from evokernel.bench.systems import load_system, skip_reason
 from evokernel.errors import ConfigError
 from evokernel.model.config import ModelConfig
+from evokernel.nvml import Nvml
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     env = collect_env("cuda")   # device, gpu, driver, cuda, versions, sm_count, clocks, copy_gbps
 
-GPU facts come from torch and NVML (`bench/nvml.py`); the copy bandwidth is measured here, in
+GPU facts come from torch and NVML (`nvml.py`); the copy bandwidth is measured here, in
 the process whose figures it divides. Fields that cannot be read are None (JSON null).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from evokernel.bench.floor import copy_bandwidth_gbps
-from evokernel.bench.nvml import Nvml
+from evokernel.nvml import Nvml
 
 
 def collect_env(device: str) -> dict[str, Any]:

@@ -124,7 +124,6 @@ def generate_baseline(opts: ServeBenchOptions, prompts: list[list[int]]) -> dict
     """`generate` at batch 1, warm, per prompt length; the model is freed afterwards."""
     import torch
 
-    from evokernel.cli.generate import resolve_ops  # noqa: F401  (the same defaults as the CLI)
     from evokernel.engine.generate import GenerateOptions, generate
     from evokernel.engine.loading import load_engine
 

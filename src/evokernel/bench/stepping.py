@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
-from evokernel.bench.nvml import Nvml
 from evokernel.bench.results import Row, error_line
 from evokernel.bench.systems.base import Session, System
+from evokernel.nvml import Nvml
 
 POWER_CHUNK_MS = 50.0
 

@@ -16,7 +16,7 @@ from evokernel.cli import args as checked
 from evokernel.errors import ConfigError
 
 if TYPE_CHECKING:
-    from evokernel.packs.format import Pack
+    from evokernel.engine.packs.format import Pack
 
 ORDER = 20
 
@@ -118,10 +118,10 @@ def open_kernels(
     trust, static check, import, self-check), before any weight loads; None without
     --kernels. `strict` makes the self-check strict whatever --strict-kernels says."""
     from evokernel import device as devices
+    from evokernel.engine.packs.use import PackPolicy, open_pack
     from evokernel.model.config import ModelConfig
     from evokernel.model.loader import resolve_dtype
     from evokernel.ops.registry import OpSet
-    from evokernel.packs.use import PackPolicy, open_pack
 
     path = kernels_dir(args)
     if path is None:

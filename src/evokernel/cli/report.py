@@ -109,9 +109,9 @@ def _input(path: str) -> Path:
 
 def _run_dir(path: Path) -> Path:
     """`path` if it holds a run; else a one-line error saying what it is and what to give."""
+    from evokernel.engine.packs.format import PACK_FILE, RUNS_DIR
     from evokernel.errors import EvokernelError
     from evokernel.evolve.rundir import DB_NAME
-    from evokernel.packs.format import PACK_FILE, RUNS_DIR
 
     if (path / DB_NAME).exists():
         return path

@@ -3,8 +3,8 @@
     evokernel tune --model DIR --out PACK_DIR [--budget-minutes M] [--iterations N]
                    [--device cuda|cpu] [--config FILE.yaml] [--json]
 
-Runs (or resumes) one search per engine task in PACK_DIR/runs/<task> (evokernel.packs.tune),
-then writes PACK_DIR/pack.json and PACK_DIR/programs/ (evokernel.packs.write) and prints each
+Runs (or resumes) one search per engine task in PACK_DIR/runs/<task> (evokernel.tune.search),
+then writes PACK_DIR/pack.json and PACK_DIR/programs/ (evokernel.tune.write) and prints each
 run's summary, the pack's dispatch table and its path. Use the pack with `--kernels PACK_DIR`
 on generate, verify and bench decode. Exit 0 when the pack is written; 2 with one line on
 stderr for bad input; interrupted by SIGINT (Ctrl-C) or SIGTERM, it stops the search, writes
@@ -116,8 +116,8 @@ def resume_command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.packs.tune import TuneRequest, tune
-    from evokernel.packs.write import format_pack
+    from evokernel.tune.search import TuneRequest, tune
+    from evokernel.tune.write import format_pack
 
     model = checked.existing_dir(args.model, "--model")
     out = checked.output_dir(args.out, "--out")

@@ -73,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evokernel.engine.packs.selfcheck import SelfCheckFailed
     from evokernel.engine.verify import PRECISION_FACTOR, default_prompt, verify
     from evokernel.model.config import ModelConfig
-    from evokernel.packs.selfcheck import SelfCheckFailed
 
     model_dir = checked.existing_dir(args.model, "--model")
     steps = checked.integer(args.steps, "--steps", lo=1)

@@ -7,9 +7,9 @@ float32 on CPU); `pdl` None launches the Triton decode kernels with programmatic
 launch where the GPU supports it (False turns it off); `kernels` a kernel pack directory (or
 a `Pack` from `packs.use.open_pack`): checked against the checkpoint's config, the device and
 the dtype, trusted, imported and self-checked before any weight loads (`open_pack`; a refusal
-is one `PackError` line), then `decode_layer` runs its programs (`OpSet.with_pack`). The
-Triton mode is set for the device (`evokernel.device.prepare`) before any kernel or candidate
-is imported.
+is one `PackError` line), then `decode_layer` runs its programs (engine/packs/dispatch.py
+`packed_ops`). config.json is parsed once, here, and passed down. The Triton mode is set for
+the device (`evokernel.device.prepare`) before any kernel or candidate is imported.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from evokernel.engine.decoder import DecoderModel
 from evokernel.errors import EvokernelError
 from evokernel.model import tokenizer as tokenizers
 from evokernel.model.config import ModelConfig
-from evokernel.model.loader import load_model, resolve_dtype
+from evokernel.model.loader import load_weights, resolve_dtype
 from evokernel.model.tokenizer import TOKENIZER_FILE
 from evokernel.ops.registry import OpSet
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from evokernel.packs.format import Pack
+    from evokernel.engine.packs.format import Pack
 
 
 def load_engine(
@@ -47,18 +47,16 @@ def load_engine(
     devices.prepare(dev)
     dt = devices.default_dtype(dev) if dtype is None else resolve_dtype(dtype)
     opset = ops if isinstance(ops, OpSet) else OpSet.named(ops, pdl)
+    cfg = ModelConfig.from_dir(model_dir)  # parsed once, passed down
     if kernels is not None:
-        from evokernel.packs.use import open_pack
+        from evokernel.engine.packs.dispatch import packed_ops
+        from evokernel.engine.packs.use import open_pack
 
         layer = opset.decode_layer
-        pack = open_pack(kernels, _config(model_dir), dev, dt, layer, max_len=max_seq_len)
-        opset = opset.with_pack(pack)
-    cfg, weights = load_model(model_dir, device=dev, dtype=dt)
+        pack = open_pack(kernels, cfg, dev, dt, layer, max_len=max_seq_len)
+        opset = packed_ops(opset, pack)
+    weights = load_weights(model_dir, cfg, device=dev, dtype=dt)
     return DecoderModel(cfg, weights, opset, max_seq_len=max_seq_len)
-
-
-def _config(model_dir: str | Path) -> ModelConfig:
-    return ModelConfig.from_dir(model_dir)
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:

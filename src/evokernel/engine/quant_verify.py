@@ -16,9 +16,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from evokernel.errors import ConfigError
 from evokernel.model.config import ModelConfig
@@ -66,14 +63,3 @@ def check_original(cfg: ModelConfig, original: str | Path) -> None:
                 f"--reference {original}: {key} is {getattr(other, key)}, the checkpoint's is "
                 f"{getattr(cfg, key)}; give the model it was quantized from"
             )
-
-
-def original_figures(
-    hf_original: Any, prompt: list[int], tokens: list[int], ours: torch.Tensor
-) -> tuple[float, float]:
-    """(KL(original || ours) mean over the steps, argmax agreement) on the same contexts."""
-    from evokernel.engine.verify import kl_and_agreement, reference_forced
-
-    truth = reference_forced(hf_original, prompt, tokens)
-    kl, agree = kl_and_agreement(truth, ours)
-    return float(kl.mean()), float(agree.double().mean())

@@ -35,7 +35,6 @@ from evokernel.engine.graph import DecodeRunner
 from evokernel.engine.loading import load_engine
 from evokernel.engine.quant_verify import (
     check_original,
-    original_figures,
     quantization_label,
     reference_dir,
 )
@@ -320,3 +319,13 @@ def verify(
         gc.collect()
         if dev == "cuda":
             torch.cuda.empty_cache()
+
+
+def original_figures(
+    hf_original: Any, prompt: list[int], tokens: list[int], ours: torch.Tensor
+) -> tuple[float, float]:
+    """(KL(original || ours) mean over the steps, argmax agreement) on the same contexts: a
+    quantized checkpoint's own error against the dense model it came from (informational)."""
+    truth = reference_forced(hf_original, prompt, tokens)
+    kl, agree = kl_and_agreement(truth, ours)
+    return float(kl.mean()), float(agree.double().mean())

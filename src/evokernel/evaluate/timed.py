@@ -21,25 +21,59 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from evokernel.evaluate import protocol as p
+from evokernel.evaluate.calibration import Calibration
 from evokernel.evaluate.cascade import decide, screen_scenarios
 from evokernel.evaluate.compare import Case, judge
 from evokernel.evaluate.figures import profile_problems, scenario_result, timer_problems
+from evokernel.evaluate.locks import DeviceSlot
+from evokernel.evaluate.options import EvalOptions
 from evokernel.evaluate.plan import TimingPlan, public_scenarios, timing_plan
 from evokernel.evaluate.process.launch import WorkerProcess
+from evokernel.evaluate.result import EvalResult
 from evokernel.evaluate.static import triton_kernels
 from evokernel.evaluate.stop import Stop
-from evokernel.tasks.base import Scenario
+from evokernel.tasks.base import Scenario, Task
 from evokernel.tasks.reasons import reason
 from evokernel.tasks.rng import derive_seed
 
-if TYPE_CHECKING:
-    from evokernel.evaluate.session import CandidateRun
+R = TypeVar("R", bound=p.Message)
+
+
+class CandidateRun(Protocol):
+    """What the timing phase reads and writes of the evaluation it belongs to
+    (session.py's CandidateRun, which starts this phase)."""
+
+    task: Task
+    source: str
+    device: str
+    cuda: bool
+    options: EvalOptions
+    seed: int
+    slot: DeviceSlot
+    calibration: Callable[[], Calibration] | None
+    result: EvalResult
+    facts: p.DeviceFacts | None
+    helper: ThreadPoolExecutor
+    build_device: str  # where the parent rebuilds inputs
+
+    def count(self, name: str, seconds: float) -> None: ...
+
+    def shared(self, kind: str) -> AbstractContextManager[None]: ...
+
+    def building(self) -> AbstractContextManager[None]: ...
+
+    def add(self, lines: list[str] | str | None) -> None: ...
+
+    def reply(self, worker: WorkerProcess, message: p.Message, expect: type[R]) -> R: ...
+
 
 PROFILE_CALLS = 3
 PREPARED_BYTES = 4 * 2**30  # timing inputs one worker holds on the device at once

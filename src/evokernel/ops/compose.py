@@ -48,15 +48,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from evokernel.model.weights import Weight
 from evokernel.ops.sampling import GREEDY
 
-if TYPE_CHECKING:
-    from evokernel.ops.registry import OpSet
+# The op set the compositions look their parts up on, by attribute when called: an OpSet
+# (ops/registry.py, which builds these; named here only as what it is, to keep the import
+# one way).
+OpSet = Any
 
 STEP_INPUTS: tuple[str, ...] = (
     "cos", "sin", "positions", "k_cache", "v_cache", "seq_lens", "scale", "eps", "max_len",

@@ -8,8 +8,6 @@
                                      `pdl`, by default on sm_90+ GPUs), the task seeds for
                                      `linear` and `decode_attention`, torch for the rest
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
-  opset.with_pack(pack)              `decode_layer` dispatched per context bucket to a kernel
-                                     pack's programs (evokernel.packs); apply it last
   opset.origin[name]                 where each op came from ("torch", "triton", "triton+pdl",
                                      a file path, "pack:<dir>", or "composed" for a fused op
                                      built from plain ops that are not all torch)
@@ -38,7 +36,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -49,9 +47,6 @@ from evokernel.ops import reference, sampling
 from evokernel.ops.candidates import entry_point, load_candidate, seed_path
 from evokernel.ops.compose import LAYER_PARTS, PARTS, composed
 from evokernel.ops.tuning import DEFAULT, DecodeTuning, check_tuning
-
-if TYPE_CHECKING:
-    from evokernel.packs.format import Pack
 
 PLAIN_OPS: tuple[str, ...] = (
     "embed",
@@ -196,15 +191,6 @@ class OpSet:
         if op_name == "linear":
             fn = decode_sized_linear(fn)
         return self.replace(**{op_name: (fn, str(path))})
-
-    def with_pack(self, pack: Pack) -> OpSet:
-        """A copy whose `decode_layer` runs, per call, the program `pack` chose for the
-        context bucket holding `max_len` (a host-side int, fixed per captured CUDA graph),
-        or this op set's own `decode_layer` where the pack keeps the baseline. The pack's
-        programs are imported here, once (evokernel.packs.dispatch)."""
-        from evokernel.packs.dispatch import packed_ops
-
-        return packed_ops(self, pack)
 
     def __getitem__(self, name: str) -> Op:
         if name not in OP_NAMES:

@@ -27,8 +27,8 @@ from typing import Any, TextIO
 
 import torch
 
+from evokernel.engine.packs.format import BASELINE, Pack, PackEntry, TaskTable
 from evokernel.model.config import ModelConfig
-from evokernel.packs.format import BASELINE, Pack, PackEntry, TaskTable
 
 CONFIRM_STEPS = 32
 CONFIRM_WARMUP = 4
@@ -48,7 +48,7 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     from evokernel.bench.paired import control_copy, measure_pair, pair_line
     from evokernel.bench.stepping import CellPlan, prompt_ids
     from evokernel.bench.systems import load_system
-    from evokernel.packs.write import save_pack
+    from evokernel.tune.write import save_pack
 
     out = stream or sys.stdout
     cfg = ModelConfig.from_dir(model_dir)

@@ -7,7 +7,7 @@ the evolutionary search of `evokernel evolve` (evolve/session.py, the offline mu
 the configuration gives others weight) runs in PACK_DIR/runs/<task>: a new run the first time,
 the same run resumed afterwards. Then `write_pack` writes PACK_DIR/pack.json and programs/,
 and on a GPU `confirm_pack` keeps each program only where the whole decode step, timed
-interleaved with and without the pack, is faster with it (packs/confirm.py).
+interleaved with and without the pack, is faster with it (tune/confirm.py).
 
 Budget: `budget_minutes` is this invocation's wall-clock budget, shared evenly by the tasks
 still to run (each session stops launching new iterations when its share is spent; those in
@@ -18,7 +18,7 @@ only had a budget: the configuration's, never below what it has done). A resumed
 stored configuration: `config` must then match it (budget and backend aside) or is refused.
 A PACK_DIR whose pack.json is for another GPU model or model shape is refused, and so is one
 whose pack.json is not a regular file (never replaced), or an unusable pack key
-(packs/trust.py): all before the search starts.
+(engine/packs/trust.py): all before the search starts.
 
 Interrupted (KeyboardInterrupt: the CLI turns SIGINT and SIGTERM into one), the search stops,
 its run records where it stood, and no pack is written from it: the interrupt propagates, and
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from evokernel.engine.packs.format import PACK_FILE, RUNS_DIR, Pack, safe_name
+from evokernel.engine.packs.trust import ensure_key
 from evokernel.errors import ConfigError
 from evokernel.files import FileRefused, output_file
 from evokernel.model.config import ModelConfig
-from evokernel.packs.format import PACK_FILE, RUNS_DIR, Pack, safe_name
-from evokernel.packs.trust import ensure_key
 
 if TYPE_CHECKING:
     from evokernel.evolve.backends.base import Backend, Evaluation
@@ -90,7 +90,7 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
     an interrupt propagates (KeyboardInterrupt) after the run has recorded it."""
     from evokernel import device as devices
     from evokernel.evolve.config import MAX_ITERATIONS, MAX_SECONDS, load_config
-    from evokernel.packs.write import write_pack
+    from evokernel.tune.write import write_pack
 
     out = stream or sys.stdout
     if req.iterations is not None and not 0 <= req.iterations <= MAX_ITERATIONS:
@@ -128,7 +128,7 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
     try:
         pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
         if device == "cuda":  # a task scenario's win kept only where the whole step is faster
-            from evokernel.packs.confirm import confirm_pack
+            from evokernel.tune.confirm import confirm_pack
 
             pack = confirm_pack(pack, req.model_dir, device, out)
     except BaseException:
@@ -139,9 +139,9 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
 
 def _say_stand_in(task: str, cfg: ModelConfig, stream: TextIO) -> None:
     """On the CPU the task's scenarios run a stand-in of the checkpoint's layer: say so."""
-    from evokernel.packs.format import describe_shape, shape_key
-    from evokernel.packs.write import measured_shape
+    from evokernel.engine.packs.format import describe_shape, shape_key
     from evokernel.tasks import get_task
+    from evokernel.tune.write import measured_shape
 
     measured = measured_shape(get_task(task).scenarios("cpu"), cfg)
     if measured is None or not measured["stand_in"]:
@@ -180,8 +180,8 @@ def _put_back(out: Path, previous: bytes | None) -> None:
 def _same_pack(out: Path, cfg: ModelConfig, device: str) -> None:
     """Refuse a PACK_DIR whose pack.json was tuned on another GPU model or for another model
     shape: its runs' timings would mix with this machine's, or its programs not fit."""
-    from evokernel.packs.format import PackError
-    from evokernel.packs.load import load_pack
+    from evokernel.engine.packs.format import PackError
+    from evokernel.engine.packs.load import load_pack
 
     if not (out / PACK_FILE).exists():
         return

@@ -13,7 +13,7 @@ using a pack means running its author's code. So:
     refused, unless the user passes `--trust-kernels` (as transformers' `trust_remote_code`):
     run this pack's programs although this user's tune did not write them.
   * Trusted or not, every program passes the evaluator's static check before it is imported
-    (packs/programs.py), and a pack whose tables name no program runs no code: it needs no
+    (engine/packs/programs.py), and a pack whose tables name no program runs no code: it needs no
     trust at all.
 
 The key: $EVOKERNEL_PACK_KEY (a file path), else $XDG_CONFIG_HOME/evokernel/pack-key, else
@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evokernel.packs.format import Pack, PackError
+from evokernel.engine.packs.format import Pack, PackError
 
 KEY_ENV = "EVOKERNEL_PACK_KEY"
 FLAG = "--trust-kernels"

@@ -6,17 +6,17 @@
 
 Steps, each refusal one PackError line (exit 2 on the CLI):
   1. `load_pack`: pack.json's structure, and its fit to this GPU model, checkpoint shape and
-     dtype (packs/load.py);
+     dtype (engine/packs/load.py);
   2. trust: signed with this user's key, or `policy.trust_unsigned` (`--trust-kernels`, one
-     note line on stderr says so), or no program at all (packs/trust.py);
+     note line on stderr says so), or no program at all (engine/packs/trust.py);
   3. every program the tables name: its content hash, the evaluator's static check, a
-     guarded import (packs/programs.py);
+     guarded import (engine/packs/programs.py);
   4. the self-check of every bucket an engine of context `max_len` can reach (None: every
      bucket): a program that disagrees with the reference falls back to the engine's layer
      with one warning line, or stops the run under `policy.strict` (`--strict-kernels`);
-     a summary line with its cost follows (packs/selfcheck.py).
+     a summary line with its cost follows (engine/packs/selfcheck.py).
 The returned Pack has `trust` set and the failed buckets put back to the baseline; give it
-to `load_engine` (or `OpSet.with_pack`), which then dispatches to the imported programs.
+to `load_engine` (or `dispatch.packed_ops`), which then dispatches to the imported programs.
 
 `load_engine(kernels=...)` calls this too, without a policy: an admitted Pack is returned as
 it is, and a directory this process already opened (same pack.json, device and dtype, a
@@ -38,12 +38,12 @@ from typing import Any
 
 import torch
 
+from evokernel.engine.packs.format import Pack, dtype_name
+from evokernel.engine.packs.load import load_pack
+from evokernel.engine.packs.programs import import_program
+from evokernel.engine.packs.selfcheck import self_check, warnings
+from evokernel.engine.packs.trust import FLAG, FLAGGED, decide
 from evokernel.model.config import ModelConfig
-from evokernel.packs.format import Pack, dtype_name
-from evokernel.packs.load import load_pack
-from evokernel.packs.programs import import_program
-from evokernel.packs.selfcheck import self_check, warnings
-from evokernel.packs.trust import FLAG, FLAGGED, decide
 
 
 @dataclass(frozen=True)

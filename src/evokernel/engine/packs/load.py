@@ -9,7 +9,7 @@ heads, kv heads, head_dim, intermediate); a dtype other than the engine's (when 
 given); a dispatch table whose bounds do not ascend; a program file that is missing or lies
 outside the pack; malformed `hashes` or `signature`. pack.json is read only when it is a
 regular file (a FIFO there is refused, never opened for reading). Programs are not imported
-here, nor is trust decided: packs.use.open_pack does both (packs/trust.py, programs.py).
+here, nor is trust decided: packs.use.open_pack does both (engine/packs/trust.py, programs.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from typing import Any
 
 import torch
 
-from evokernel.files import FileRefused, kind, read_regular
-from evokernel.model.config import ModelConfig
-from evokernel.packs.format import (
+from evokernel.engine.packs.format import (
     DTYPES,
     FORMAT,
     FORMAT_VERSION,
@@ -40,7 +38,9 @@ from evokernel.packs.format import (
     shape_key,
     task_op,
 )
-from evokernel.packs.trust import is_content_hash
+from evokernel.engine.packs.trust import is_content_hash
+from evokernel.files import FileRefused, kind, read_regular
+from evokernel.model.config import ModelConfig
 
 
 def load_pack(

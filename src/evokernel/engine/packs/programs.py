@@ -3,7 +3,8 @@
     fn = import_program(pack, "programs/<file>.py", "decode_layer")
 
 In order, each refusal a one-line PackError naming the pack and the program:
-  1. the pack's trust (packs/trust.py), unless this process already admitted it (`pack.trust`);
+  1. the pack's trust (engine/packs/trust.py), unless this process already admitted it
+     (`pack.trust`);
   2. the file is read once, as a regular file (a FIFO is refused, never opened for reading);
      its bytes must match the content hash pack.json records for it (every time: a program
      changed after an earlier load is refused, not served from the earlier import);
@@ -18,7 +19,7 @@ In order, each refusal a one-line PackError naming the pack and the program:
   5. the entry point must be a function.
 What Triton and tracebacks read as the module's source is the checked text (linecache holds
 it), not whatever the file holds later. `guarded(pack, program, what)` turns what escapes a
-program's first call (packs/selfcheck.py) into the same kind of line.
+program's first call (engine/packs/selfcheck.py) into the same kind of line.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from evokernel.engine.packs.format import Pack, PackError
+from evokernel.engine.packs.trust import content_hash, decide
 from evokernel.files import FileRefused, read_regular
-from evokernel.packs.format import Pack, PackError
-from evokernel.packs.trust import content_hash, decide
 
 _MODULES: dict[str, types.ModuleType] = {}  # content hash -> the imported program
 

@@ -36,7 +36,7 @@ pack.json, format version 1 (every key required unless marked):
 `max_len` is the engine's host-side bound on the context (engine/graph.py `context_buckets`):
 the bound a CUDA graph is captured for. The dtype is the one the programs were checked and timed
 in (the device's default: bfloat16 on CUDA, float32 on the CPU). `hashes` and `signature` are
-the trust model's (packs/trust.py): a program runs only when its bytes match its hash and the
+the trust model's (engine/packs/trust.py): a program runs only when its bytes match its hash and the
 pack is signed with this user's key, or the user says to trust it.
 """
 
@@ -85,7 +85,7 @@ class PackEntry:
     program_id: str | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
-    # packs/confirm.py: the whole decode step with / without the pack, timed interleaved at
+    # tune/confirm.py: the whole decode step with / without the pack, timed interleaved at
     # positions in this bucket: ({"position", "speedup", "ci"}, ...); () where not measured.
     end_to_end: tuple[dict[str, Any], ...] = ()
 
@@ -148,7 +148,7 @@ class Pack:
     tasks: dict[str, TaskTable] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)  # program -> "sha256:<hex>"
     signature: dict[str, Any] | None = None
-    # Not in pack.json: how this process came to trust the pack's programs (packs/trust.py),
+    # Not in pack.json: how this process came to trust the pack's programs (engine/packs/trust.py),
     # set by packs.use.open_pack once they are admitted; None before.
     trust: str | None = field(default=None, compare=False)
 
@@ -215,7 +215,7 @@ def describe_device(device: str) -> dict[str, Any]:
 
 
 def _driver(index: int) -> str | None:
-    from evokernel.bench.nvml import Nvml
+    from evokernel.nvml import Nvml
 
     gpu = Nvml.open(index)
     return gpu.driver() if gpu is not None else None

@@ -19,7 +19,7 @@ Scenario parameters come from the task (`get_task(name).scenarios(device)`), or 
 caller (`scenarios`: task name -> scenarios). The chosen programs are copied to
 PACK_DIR/programs/<task>-<program id>.py (from the run's programs/ directory, else from its
 database); pack.json is written last, atomically, with the content hash of every program and
-their signature with this user's pack key (packs/trust.py), and program files it no longer
+their signature with this user's pack key (engine/packs/trust.py), and program files it no longer
 names are removed. Each table records the layer shape its search measured (`measured`; on the
 CPU a stand-in smaller than the model's layer, marked `stand_in`).
 """
@@ -38,10 +38,7 @@ from typing import Any
 import torch
 
 from evokernel import __version__
-from evokernel.errors import EvokernelError
-from evokernel.files import FileRefused, output_file, read_regular
-from evokernel.model.config import ModelConfig
-from evokernel.packs.format import (
+from evokernel.engine.packs.format import (
     BASELINE,
     PACK_FILE,
     PROGRAMS_DIR,
@@ -56,7 +53,10 @@ from evokernel.packs.format import (
     software_versions,
     task_op,
 )
-from evokernel.packs.trust import content_hash, sign
+from evokernel.engine.packs.trust import content_hash, sign
+from evokernel.errors import EvokernelError
+from evokernel.files import FileRefused, output_file, read_regular
+from evokernel.model.config import ModelConfig
 from evokernel.tasks.base import Scenario
 
 RULE = (

@@ -1,12 +1,12 @@
 """The op a kernel pack puts in an OpSet: `decode_layer` chosen per call by context bucket.
 
-    ops = OpSet.triton().with_pack(pack)        # = packed_ops(OpSet.triton(), pack)
+    ops = packed_ops(OpSet.triton(), pack)
     ops.decode_layer(h, ..., max_len)           # the pack's program for max_len's bucket,
                                                 # or the op set's own decode_layer ("baseline")
 
 `max_len` is the engine's host-side bound on the context (a Python int, the runner's bucket),
 so choosing costs no device work and no sync, and a captured CUDA graph holds the program of
-its own bucket. The pack's programs are imported through packs/programs.py (hash, trust and
+its own bucket. The pack's programs are imported through engine/packs/programs.py (hash, trust and
 static check first; once per process; Triton's mode must be set first:
 `evokernel.device.prepare`). Apply a pack last: replacing one of decode_layer's parts
 afterwards re-composes decode_layer without the pack.
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from evokernel.engine.packs.format import Pack, TaskTable
+from evokernel.engine.packs.programs import import_program
 from evokernel.ops.candidates import entry_point
-from evokernel.packs.format import Pack, TaskTable
-from evokernel.packs.programs import import_program
 
 if TYPE_CHECKING:
     from evokernel.ops.registry import OpSet

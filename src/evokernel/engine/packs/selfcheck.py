@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
+from evokernel.engine.packs.format import BASELINE, Pack, PackEntry, PackError, TaskTable
+from evokernel.engine.packs.programs import guarded
 from evokernel.model.config import ModelConfig
-from evokernel.packs.format import BASELINE, Pack, PackEntry, PackError, TaskTable
-from evokernel.packs.programs import guarded
 
 SEED = 0  # the inputs are the same on every load: a failure reproduces
 
