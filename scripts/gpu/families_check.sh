@@ -7,7 +7,7 @@
 #   PRESETS=llama-3.2-1b SUITE=full scripts/gpu/families_check.sh
 #
 # PRESETS (default qwen3-0.6b,llama-3.2-1b,qwen2.5-0.5b), SUITE (quick), BENCH (1: run the
-# bench; 0: verify only), BASELINES (evokernel,gptfast). Checkpoints go to /tmp/evokernel-<preset>
+# bench; 0: verify only), VERIFY (1; 0: bench only), BASELINES (evokernel,gptfast). Checkpoints go to /tmp/evokernel-<preset>
 # (kept for later sections). JSON: $OUT/verify_<preset>.json, $OUT/bench_<preset>_<suite>.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -22,10 +22,12 @@ IFS=, read -r -a presets <<< "${PRESETS:-qwen3-0.6b,llama-3.2-1b,qwen2.5-0.5b}"
 for preset in "${presets[@]}"; do
   ckpt=/tmp/evokernel-$preset
   [ -f "$ckpt/config.json" ] || "$PY" -m evokernel model random "$ckpt" --preset "$preset" --seed 0 || { rc=1; continue; }
-  echo "--- verify $preset"
-  "$PY" -m evokernel verify --model "$ckpt" --device cuda --steps 32 --json | tee "$OUT/verify_$preset.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  tail -n 1 "$OUT/verify_$preset.log" > "$OUT/verify_$preset.json"
+  if [ "${VERIFY:-1}" = 1 ]; then
+    echo "--- verify $preset"
+    "$PY" -m evokernel verify --model "$ckpt" --device cuda --steps 32 --json | tee "$OUT/verify_$preset.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    tail -n 1 "$OUT/verify_$preset.log" > "$OUT/verify_$preset.json"
+  fi
   if [ "${BENCH:-1}" = 1 ]; then
     echo "--- bench decode $preset ($SUITE)"
     "$PY" -m evokernel bench decode --model "$ckpt" --suite "$SUITE" --device cuda \

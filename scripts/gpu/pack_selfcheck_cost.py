@@ -65,12 +65,12 @@ def _measure(model_dir: Path | None, device: str, scratch: Path) -> int:
     from evokernel.model.config import ModelConfig
     from evokernel.model.random import write_random_checkpoint
     from evokernel.ops.registry import OpSet
-    from evokernel.tasks.decode_layer.task import SEED, decode_layer_name
+    from evokernel.tasks.decode_layer.task import SEED, name_for
     from evokernel.tune.write import save_pack
 
     model = model_dir or write_random_checkpoint(scratch / "model", "qwen3-0.6b", seed=0)
     cfg = ModelConfig.from_dir(model)
-    task = decode_layer_name(cfg)
+    task = name_for(cfg)
     bounds = context_buckets(cfg.max_position_embeddings)
     entries = tuple(PackEntry(b, f"b1_ctx{b}", b, "programs/seed.py") for b in bounds)
     pack_dir = scratch / "pack"

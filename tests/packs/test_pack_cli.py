@@ -100,8 +100,12 @@ def test_refused_packs_are_one_line_and_exit_2(
     gpu = write_hand_pack(tmp_path / "gpu", cfg)
     edit_pack(gpu, device={"kind": "cuda", "name": "NVIDIA H200", "capability": "9.0"})
     fmt = write_hand_pack(tmp_path / "fmt", cfg, format="something-else")
+    family = write_hand_pack(tmp_path / "family", cfg)  # the same shapes, another family
+    model = json.loads((family / "pack.json").read_text())["model"]
+    edit_pack(family, model=model | {"model_type": "llama"})
     cases = [
-        (tiny_wide, pack, "is for a model with hidden 64, heads 4:2, head_dim 32"),
+        (tiny_fp32, family, "is for a model with llama (dense): hidden 64"),
+        (tiny_wide, pack, "is for a model with qwen3 (dense): hidden 64, heads 4:2, head_dim 32"),
         (tiny_fp32, gpu, "was tuned on NVIDIA H200"),
         (tiny_fp32, fmt, "unknown format 'something-else'"),
         (tiny_fp32, tmp_path / "nowhere", "--kernels: no such directory"),

@@ -99,7 +99,8 @@ def test_write_pack_from_a_run_follows_the_rule(tmp_path: Path, tiny_fp32: Path)
     assert doc["format"] == "evokernel-pack" and doc["format_version"] == 1
     assert doc["device"]["name"] == "cpu" and doc["software"]["torch"] == torch.__version__
     assert doc["model"] == {
-        "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "model_type": "qwen3", "weights": "dense", "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2,
         "head_dim": 32, "intermediate_size": 192, "dtype": "float32",
     }  # fmt: skip
     assert doc["tasks"][task]["run"] == str(run.resolve())

@@ -21,7 +21,7 @@ from evokernel.cli import main
 from evokernel.engine.packs.load import load_pack
 from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
-from evokernel.tune.search import engine_tasks
+from evokernel.tasks import engine_tasks
 
 
 def _config(preset: str) -> ModelConfig:
@@ -73,7 +73,7 @@ def test_bad_input_is_one_line_and_creates_nothing(
         (["--model", model, "--out", out, "--budget-minutes", "nan"], "--budget-minutes"),
         (
             ["--model", model, "--out", str(other)],
-            "is for a model with hidden 64, heads 4:2, head_dim 64",
+            "is for a model with qwen3 (dense): hidden 64, heads 4:2, head_dim 64",
         ),
     ]
     for argv, message in cases:
@@ -147,7 +147,7 @@ def test_cpu_tune_says_it_searched_a_stand_in_and_the_pack_records_it(tmp_path: 
     assert code == 0, err + out
     stand_in = "hidden 128, heads 4:2, head_dim 32, intermediate 192"
     assert f"on the CPU the search runs a stand-in layer ({stand_in}) instead of this " + (
-        "checkpoint's (hidden 512, heads 4:2, head_dim 32, intermediate 192)"
+        "checkpoint's (qwen3 (dense): hidden 512, heads 4:2, head_dim 32, intermediate 192)"
     ) in " ".join(out.split())
     assert f"searched at a stand-in layer ({stand_in}), smaller than this checkpoint's" in out
     doc = json.loads((pack / "pack.json").read_text())

@@ -72,7 +72,7 @@ def test_cpu_scenarios_run_a_tiny_shape_as_it_is():
 )
 def test_a_checkpoint_config_names_its_task(preset, name):
     cfg = _config(preset)
-    assert layer_task.decode_layer_name(cfg) == name
+    assert layer_task.name_for(cfg) == name
     assert get_task(name).shape == layer_task.shape_of(cfg)
 
 
@@ -116,7 +116,7 @@ def test_an_unsupported_checkpoint_shape_is_a_task_error():
         head_dim=24,
     )
     with pytest.raises(TaskError, match="head dim"):
-        layer_task.decode_layer_name(cfg)
+        layer_task.name_for(cfg)
 
 
 def test_the_task_loads_and_builds_inputs_without_triton():

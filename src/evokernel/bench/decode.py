@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -60,8 +60,15 @@ class Suite:
 
 SUITES = {
     "quick": Suite((1, 128, 512, 1024, 4096), steps=64, warmup=8, power_window_ms=500),
+    # Each engine context bucket (engine/graph.py: bounds 256, 512, ..., doubling; a kernel
+    # pack's dispatch follows them) holds at least one row's steps: 1 and 128 (<= 256), 384
+    # (257..512), 512 (513..1024), 1024, 3000, 4096, 8192, 16384, 32768 (the steps run past
+    # each power of two into the next bucket).
     "full": Suite(
-        (1, 128, 512, 1024, 4096, 8192, 16384, 32768), steps=64, warmup=8, power_window_ms=500
+        (1, 128, 384, 512, 1024, 3000, 4096, 8192, 16384, 32768),
+        steps=64,
+        warmup=8,
+        power_window_ms=500,
     ),
     # The CPU: a check of the benchmark's own code on a small model, never a speed figure.
     "smoke": Suite((1, 128, 320), steps=8, warmup=2, power_window_ms=0),
@@ -87,6 +94,9 @@ class DecodeBenchOptions:
     engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
     engine_kernels: Path | None = None  # a kernel pack our engine runs (the baselines do not)
     quantized: tuple[Path, ...] = ()  # quantized checkpoints our engine also runs
+    # A suite's positions (not ones the user named): those past the model's context move down
+    # to the last position whose steps still fit, and the run says so.
+    fit_positions: bool = False
 
     def __post_init__(self) -> None:
         if not self.positions or min(self.positions) < 1:
@@ -115,12 +125,37 @@ class _Run:
         write(self.doc, self.opts.out)
 
 
+def _fit_positions(
+    opts: DecodeBenchOptions,
+    plans: list[CellPlan],
+    limit: int,
+    progress: Callable[[str], None],
+) -> tuple[DecodeBenchOptions, list[CellPlan]]:
+    """The suite's positions whose steps fit `limit` positions, the others moved down to the
+    last that fits (said once); duplicates dropped."""
+    fitted: list[int] = []
+    for plan in plans:
+        last = plan.position - (plan.need - limit)  # the position whose steps end at the limit
+        pos = min(plan.position, last)
+        if pos != plan.position:
+            progress(
+                f"position {plan.position}: its {plan.need - plan.position} steps pass the "
+                f"model's {limit} positions; measured at {pos} instead"
+            )
+        if pos >= 1 and pos not in fitted:
+            fitted.append(pos)
+    opts = replace(opts, positions=tuple(fitted))
+    return opts, [CellPlan(p, opts.steps, opts.warmup, opts.power_window_ms) for p in fitted]
+
+
 def run_decode_bench(
     opts: DecodeBenchOptions, progress: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
     """Run the benchmark, write `opts.out` (and its CSV); return the document."""
     cfg = ModelConfig.from_dir(opts.model_dir)
     plans = [CellPlan(p, opts.steps, opts.warmup, opts.power_window_ms) for p in opts.positions]
+    if opts.fit_positions:
+        opts, plans = _fit_positions(opts, plans, cfg.max_position_embeddings, progress)
     max_need = max(plan.need for plan in plans)
     if max_need > cfg.max_position_embeddings:
         raise ConfigError(

@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "time each decode step (CUDA events) -> tok/s from the median step, ms/token "
             "P50/P95/P99, % of the bandwidth floor (weights + KV bytes over the copy bandwidth "
             "measured in this run) and tok/J (NVML). Writes JSON and CSV (docs/bench.md). "
-            "Suites: quick = positions 1,128,512,1024,4096; full = also 8192,16384,32768; both "
+            "Suites: quick = positions 1,128,512,1024,4096; full = also 384, 3000, 8192, 16384, "
+            "32768 (a row in every context bucket; positions past the model's context move "
+            "down to the last that fits); both "
             "64 timed steps after 8 warm-up steps. Without CUDA it runs a labelled smoke test "
             "(positions 1,128,320, 8 steps, compile backend eager): no speed claim."
         ),
@@ -220,6 +222,7 @@ def _options(args: argparse.Namespace) -> Any:
         engine_kernels=kernels,
         quantized=quantized,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
+        fit_positions=args.positions is None,
     )
 
 

@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +23,36 @@ from evokernel.errors import TaskError
 
 SEEDS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 
-# Engine op name -> (task name, entry point) for ops that are kernel tasks.
-TASK_OPS: dict[str, tuple[str, str]] = {
-    "decode_attention": ("gqa_decode_attention", "attention"),
-    "linear": ("decode_linear", "linear"),
-    "decode_layer": ("decode_layer", "decode_layer"),
+
+@dataclass(frozen=True)
+class OpTask:
+    """The kernel task whose candidates implement an engine op."""
+
+    task: str  # the task's (base) name, evokernel.tasks
+    entry: str  # the function a candidate defines
+    pack: bool  # kernel packs carry programs for it, chosen per context bucket
+
+
+# The one op <-> task registry: candidate ops (OpSet.with_candidate), the ops a kernel pack
+# may replace (engine/packs/format.py) and the tasks `tune` searches (evokernel.tasks
+# `engine_tasks`) all come from here; each task names its op (`Task.op`), checked against it.
+# `decode_layer` is op, task and entry point at once; the two op tasks keep the names of the
+# interfaces they were published with.
+OP_TASKS: dict[str, OpTask] = {
+    "decode_attention": OpTask("gqa_decode_attention", "attention", pack=False),
+    "linear": OpTask("decode_linear", "linear", pack=False),
+    "decode_layer": OpTask("decode_layer", "decode_layer", pack=True),
 }
 
 
 def seed_path(op_name: str) -> Path:
     """Where the task seed implementing `op_name` lives (it may not exist yet)."""
-    task, _ = TASK_OPS[op_name]
-    return SEEDS_DIR / task / "seed.py"
+    return SEEDS_DIR / OP_TASKS[op_name].task / "seed.py"
 
 
 def entry_point(op_name: str) -> str:
     """The function a candidate for `op_name` must define."""
-    return TASK_OPS[op_name][1] if op_name in TASK_OPS else op_name
+    return OP_TASKS[op_name].entry if op_name in OP_TASKS else op_name
 
 
 def load_candidate(path: str | Path, entry: str) -> Callable[..., Any]:

@@ -104,6 +104,8 @@ class Task(ABC):
     seed_candidate: Path
     # Device kind ("cuda" | "cpu") -> dtypes a candidate is checked in (first one is timed).
     dtypes: Mapping[str, tuple[torch.dtype, ...]] = field(default_factory=dict)
+    # The engine op its candidates implement (ops/candidates.py OP_TASKS), if any.
+    op: str | None = None
 
     # --- scenarios -------------------------------------------------------------------------
     @abstractmethod

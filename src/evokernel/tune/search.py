@@ -46,17 +46,11 @@ from evokernel.engine.packs.trust import ensure_key
 from evokernel.errors import ConfigError
 from evokernel.files import FileRefused, output_file
 from evokernel.model.config import ModelConfig
+from evokernel.tasks import engine_tasks
 
 if TYPE_CHECKING:
     from evokernel.evolve.backends.base import Backend, Evaluation
     from evokernel.evolve.problem import Problem
-
-
-def engine_tasks(cfg: ModelConfig) -> list[str]:
-    """The kernel tasks whose winners the engine can run, at `cfg`'s shapes."""
-    from evokernel.tasks.decode_layer.task import decode_layer_name
-
-    return [decode_layer_name(cfg)]
 
 
 @dataclass
@@ -326,4 +320,4 @@ def _differs(a: dict, b: dict) -> bool:
     return core(a) != core(b)
 
 
-__all__ = ["TuneOutcome", "TuneRequest", "engine_tasks", "tune"]
+__all__ = ["TuneOutcome", "TuneRequest", "tune"]

@@ -51,6 +51,7 @@ import torch
 
 from evokernel.errors import EvokernelError
 from evokernel.model.config import ModelConfig
+from evokernel.ops.candidates import OP_TASKS
 
 FORMAT = "evokernel-pack"
 FORMAT_VERSION = 1
@@ -60,7 +61,7 @@ RUNS_DIR = "runs"
 BASELINE = "baseline"
 
 # Engine ops a pack may replace, by the base name of the task that searches them.
-PACK_OPS: dict[str, str] = {"decode_layer": "decode_layer"}
+PACK_OPS: dict[str, str] = {t.task: op for op, t in OP_TASKS.items() if t.pack}
 
 SHAPE_KEYS = (
     "hidden_size",
@@ -70,6 +71,10 @@ SHAPE_KEYS = (
     "intermediate_size",
 )
 DTYPES = ("bfloat16", "float16", "float32")
+# The model's family and weight format, beside its shapes: a pack's programs are compiled for
+# one family's switches (bias, q/k norms) and one weight layout. Packs written before these
+# keys existed were all Qwen3 with dense weights: missing keys read as those.
+FAMILY_KEYS = {"model_type": "qwen3", "weights": "dense"}
 
 
 class PackError(EvokernelError):
@@ -185,15 +190,35 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
 
 
+def weights_format(cfg: ModelConfig) -> str:
+    """The projections' format: "dense", or the checkpoint's quantization (method, the
+    layers' storage, and the head's: `gptq int4 g128, head dense`)."""
+    q = cfg.quantization
+    if q is None:
+        return "dense"
+    return q.describe(q.spec("lm_head") if not cfg.tie_word_embeddings else None)
+
+
 def shape_key(cfg: ModelConfig, dtype: torch.dtype | str) -> dict[str, Any]:
-    """The model shape a pack is for: the layer's shapes and the dtype it runs in."""
-    return {**{k: getattr(cfg, k) for k in SHAPE_KEYS}, "dtype": dtype_name(dtype)}
+    """The model a pack is for: its family and weight format, the layer's shapes and the
+    dtype it runs in."""
+    family = {"model_type": cfg.model_type, "weights": weights_format(cfg)}
+    return {**family, **{k: getattr(cfg, k) for k in SHAPE_KEYS}, "dtype": dtype_name(dtype)}
+
+
+def family_of(key: dict[str, Any]) -> dict[str, Any]:
+    """A recorded model's family keys, with the defaults of packs that predate them."""
+    return {k: key.get(k, default) for k, default in FAMILY_KEYS.items()}
 
 
 def describe_shape(key: dict[str, Any]) -> str:
-    """`hidden 1024, heads 16:8, head_dim 128, intermediate 3072`."""
+    """`qwen3 (dense): hidden 1024, heads 16:8, head_dim 128, intermediate 3072` (the family
+    only where the key names one: a measured layer's shape does not)."""
+    family = family_of(key)
+    named = any(k in key for k in FAMILY_KEYS)
     return (
-        f"hidden {key.get('hidden_size')}, heads {key.get('num_attention_heads')}:"
+        (f"{family['model_type']} ({family['weights']}): " if named else "")
+        + f"hidden {key.get('hidden_size')}, heads {key.get('num_attention_heads')}:"
         f"{key.get('num_key_value_heads')}, head_dim {key.get('head_dim')}, "
         f"intermediate {key.get('intermediate_size')}"
     )

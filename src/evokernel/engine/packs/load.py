@@ -35,6 +35,7 @@ from evokernel.engine.packs.format import (
     describe_device,
     describe_shape,
     dtype_name,
+    family_of,
     shape_key,
     task_op,
 )
@@ -57,7 +58,8 @@ def load_pack(
             f"{_device_text(here)}: tune a pack here (evokernel tune)"
         )
     want = shape_key(cfg, pack.model["dtype"])
-    if any(pack.model.get(k) != want[k] for k in SHAPE_KEYS):
+    mismatch = family_of(pack.model) != family_of(want)
+    if mismatch or any(pack.model.get(k) != want[k] for k in SHAPE_KEYS):
         raise PackError(
             f"{where} is for a model with {describe_shape(pack.model)}; this checkpoint has "
             f"{describe_shape(want)}"
@@ -106,6 +108,9 @@ def read_pack(path: str | Path) -> Pack:
         value = model.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise PackError(f"{where}: model.{key} must be a positive integer, got {value!r}")
+    for key, value in family_of(model).items():
+        if not isinstance(value, str) or not value:
+            raise PackError(f"{where}: model.{key} must be a name, got {value!r}")
     dtype = model.get("dtype")
     if dtype not in DTYPES:
         raise PackError(f"{where}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")

@@ -153,9 +153,9 @@ def run_layers(
     and `max_len` = max(lens)), and per layer name its output and the inputs copy it ran on."""
     from evokernel.tasks import get_task
     from evokernel.tasks.decode_layer.scenarios import make_scenario
-    from evokernel.tasks.decode_layer.task import decode_layer_name, shape_of
+    from evokernel.tasks.decode_layer.task import name_for, shape_of
 
-    task = get_task(decode_layer_name(cfg))
+    task = get_task(name_for(cfg))
     scenario = make_scenario("self_check", shape_of(cfg), max(lens), lens, device)
     inputs = task.make_inputs(scenario, SEED, dtype, device)
     outputs = {}

@@ -5,7 +5,7 @@ Names: `decode_layer` is Qwen3-0.6B (H 1024, 16:8 heads, D 128, I 3072, q/k norm
 `decode_layer@H2048-Hq16-Hkv8-D128-I6144` names another shape (`task(spec)`), with `-bias`
 (q/k/v biases: qwen2) and `-noqknorm` (no q/k norms: llama, qwen2, mistral) for the family's
 switches, e.g. Qwen2.5-0.5B's `decode_layer@H896-Hq14-Hkv2-D64-I4864-bias-noqknorm`;
-`decode_layer_name(cfg)` gives a checkpoint's.
+`name_for(cfg)` gives a checkpoint's.
 
 What is judged (`observe`): one flat tensor [h_out | K rows | V rows] in the model dtype: the
 returned residual stream [B, H], then the K and V rows the call wrote at each sequence's
@@ -173,7 +173,7 @@ def shape_of(cfg: ModelConfig) -> Shape:
     )
 
 
-def decode_layer_name(cfg: ModelConfig) -> str:
+def name_for(cfg: ModelConfig) -> str:
     """The task name for a checkpoint's layer shape: `decode_layer` for Qwen3-0.6B's, else
     `decode_layer@H..-Hq..-Hkv..-D..-I..`. TaskError when the interface cannot take it."""
     shape = shape_of(cfg)
@@ -366,6 +366,7 @@ def _weight_elements(p: Mapping[str, Any]) -> int:
 class DecodeLayer(Task):
     name: str = NAME
     entry_point: str = "decode_layer"
+    op: str | None = "decode_layer"
     interface: str = INTERFACE
     description: str = DESCRIPTION
     seed_candidate: Path = SEED

@@ -75,6 +75,7 @@ def torch_linear(x, weight):
 class DecodeLinear(Task):
     name: str = "decode_linear"
     entry_point: str = "linear"
+    op: str | None = "linear"
     interface: str = INTERFACE
     description: str = DESCRIPTION
     seed_candidate: Path = SEED

@@ -115,6 +115,7 @@ def sdpa_sliced(length: int) -> Callable[..., torch.Tensor]:
 class GqaDecodeAttention(Task):
     name: str = "gqa_decode_attention"
     entry_point: str = "attention"
+    op: str | None = "decode_attention"
     interface: str = INTERFACE
     description: str = DESCRIPTION
     seed_candidate: Path = SEED
