@@ -53,9 +53,10 @@ def _qwen2() -> object:
 
 
 def _qwen3() -> object:
+    from transformers import Qwen3Config as HFQwen3Config
     from transformers import Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM(ModelConfig(**COMMON, head_dim=32))
+    return Qwen3ForCausalLM(HFQwen3Config(**COMMON, head_dim=32))
 
 
 FAMILIES = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3}
@@ -110,15 +111,46 @@ def test_verify_passes(saved: Path, ops: str) -> None:
     assert result.kl_mean < 1e-8 and result.argmax_agreement == 1.0
 
 
-def test_generate_with_a_prompt(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("chat", [False, True])
+def test_generate_with_a_prompt(
+    saved: Path, chat: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(
         ["generate", "--model", str(saved), "--device", "cpu", "--prompt", "hello",
-         "--max-new-tokens", "5", "--json"]
+         "--max-new-tokens", "5", "--json", *(["--chat"] if chat else [])]
     )  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert 1 <= len(result["tokens"]) <= 5
+    # ChatML: "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n", a special token
+    # each marker and a byte each character: 5 + 19 tokens
+    assert result["prompt_len"] == (len("hello") + 19 if chat else len("hello"))
+
+
+def test_chat_without_a_template_is_one_line(saved: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(saved, bare)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    code, err = _run(["generate", "--model", str(bare), "--device", "cpu", "--prompt", "hi",
+                      "--max-new-tokens", "2", "--chat"])  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "has no chat template" in err
+    code, err = _run(["generate", "--model", str(bare), "--device", "cpu", "--prompt", "hi",
+                      "--max-new-tokens", "2", "--chat", "--chat-template", "chatml"])  # fmt: skip
+    assert code == 0, err
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "evokernel", *argv], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    return proc.returncode, proc.stderr
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2"])

@@ -1,6 +1,7 @@
 """`evokernel generate`: generate tokens with the engine; `--json` ends stdout with one line.
 
-evokernel generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N
+evokernel generate --model DIR (--prompt TEXT [--chat [--chat-template F]] | --prompt-ids 1,2,3)
+    --max-new-tokens N
     [--temperature T] [--top-p P] [--top-k K] [--seed S] [--device cuda|cpu]
     [--dtype D] [--ops torch|triton] [--no-pdl] [--kernels PACK_DIR] [--no-graph] [--json]
 """
@@ -31,6 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", metavar="TEXT", help="text (needs tokenizer.json in DIR)")
     prompt.add_argument("--prompt-ids", metavar="IDS", help="comma-separated token ids")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="send --prompt as one user message through the checkpoint's chat template "
+        "(needs jinja2: pip install 'evokernel[serve]')",
+    )
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="with --chat: this Jinja template (or chatml, the built-in one) instead of the "
+        "checkpoint's",
+    )
     p.add_argument(
         "--max-new-tokens",
         default=128,
@@ -150,6 +163,25 @@ def resolve_ops(args: argparse.Namespace) -> str:
     return str(args.ops)
 
 
+def chat_prompt(model_dir: Path, text: str, template: str | None) -> str:
+    """`text` as one user message, rendered with the checkpoint's chat template (or
+    `template`: a file, or `chatml`), a generation prompt appended."""
+    try:
+        from evokernel.serve.chat_template import TemplateFailure, load_chat_template
+    except ImportError:
+        raise ConfigError("--chat needs jinja2 (pip install 'evokernel[serve]')") from None
+    chat = load_chat_template(model_dir, Path(template) if template is not None else None)
+    if chat is None:
+        raise ConfigError(
+            f"{model_dir} has no chat template (tokenizer_config.json chat_template or "
+            "chat_template.jinja); pass --chat-template FILE or chatml"
+        )
+    try:
+        return chat.render([{"role": "user", "content": text}], {})
+    except TemplateFailure as err:
+        raise ConfigError(f"the chat template cannot render the prompt: {err}") from None
+
+
 def parse_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
     """Comma-separated token ids (see `evokernel.cli.args.int_list`)."""
     return checked.int_list(text, flag)
@@ -203,10 +235,15 @@ def run(args: argparse.Namespace) -> int:
     is_regular_file(model_dir / TOKENIZER_FILE)  # a FIFO or directory there is an error
     if top_k > cfg.vocab_size:
         raise ConfigError(f"--top-k must be <= the vocabulary size {cfg.vocab_size}, got {top_k}")
+    if args.chat_template is not None and not args.chat:
+        raise ConfigError("--chat-template goes with --chat")
     if args.prompt_ids is not None:
+        if args.chat:
+            raise ConfigError("--chat renders --prompt text; it does not take --prompt-ids")
         prompt = parse_ids(args.prompt_ids)
     else:
-        prompt = encode_prompt(model_dir, args.prompt)
+        text = chat_prompt(model_dir, args.prompt, args.chat_template) if args.chat else args.prompt
+        prompt = encode_prompt(model_dir, text)
     cfg.check_tokens(prompt, max_new, "--max-new-tokens")
     pack = open_kernels(args, model_dir, len(prompt) + max_new)
     model = load_engine(

@@ -4,7 +4,8 @@
 a byte-level BPE with no merges, so every UTF-8 byte is one token whose id is the byte value
 (0-255), plus Qwen3's special tokens (see `presets.special_token_ids`). Any text round-trips,
 ids stay below `vocab_size`, and both `tokenizers.Tokenizer.from_file` and
-`transformers.AutoTokenizer` load it.
+`transformers.AutoTokenizer` load it. Its tokenizer_config.json carries the ChatML chat
+template Qwen3 uses (templates/chatml.jinja), so chat prompts work on random checkpoints too.
 
 `load_tokenizer(model_dir)` returns a `tokenizers.Tokenizer` for a checkpoint's tokenizer.json
 (the hub's Qwen3 tokenizer included), or raises `CheckpointError` when there is none.
@@ -51,6 +52,9 @@ def build_byte_tokenizer(vocab_size: int) -> Tokenizer:
     return tok
 
 
+CHATML = Path(__file__).parent / "templates" / "chatml.jinja"  # Qwen3's ChatML with its think block
+
+
 def write_byte_tokenizer(out_dir: Path, vocab_size: int, max_length: int) -> None:
     build_byte_tokenizer(vocab_size).save(str(out_dir / TOKENIZER_FILE))
     eot, _, im_end = SPECIAL_TOKENS
@@ -62,6 +66,7 @@ def write_byte_tokenizer(out_dir: Path, vocab_size: int, max_length: int) -> Non
         "add_bos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": max_length,
+        "chat_template": CHATML.read_text(),
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 

@@ -58,19 +58,6 @@ class PackedWeight:
 Weight = Union[torch.Tensor, PackedWeight]  # noqa: UP007  (a runtime alias, read by isinstance)
 
 
-def weight_shape(w: Weight) -> tuple[int, int]:
-    """(out_features, in_features) of a projection."""
-    n, k = w.shape
-    return int(n), int(k)
-
-
-def weight_format(w: Weight) -> str:
-    """ "bfloat16" / "float16" / "float32" for a dense projection, else its packed format."""
-    if isinstance(w, torch.Tensor):
-        return str(w.dtype).removeprefix("torch.")
-    return w.format
-
-
 def weight_nbytes(w: Weight) -> int:
     if isinstance(w, torch.Tensor):
         return w.numel() * w.element_size()

@@ -4,8 +4,8 @@
     text = template.render(messages, {"enable_thinking": False})
 
 Where the template comes from, first found: `--chat-template FILE` (or `chatml`: the built-in
-ChatML template with Qwen3's think block, for checkpoints that ship none, such as random
-ones); `chat_template.jinja` in
+ChatML template with Qwen3's think block, model/templates/chatml.jinja, for checkpoints that
+ship none; random checkpoints carry it in their tokenizer_config.json); `chat_template.jinja` in
 the checkpoint; `chat_template` in its `tokenizer_config.json` (a string, or a list of named
 templates, of which "default" is taken). It renders as transformers' `apply_chat_template`
 renders it: a sandboxed Jinja environment (trim_blocks, lstrip_blocks, loop controls),
@@ -27,8 +27,9 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from evokernel.errors import ConfigError
+from evokernel.model.tokenizer import CHATML
 
-BUILT_IN = {"chatml": Path(__file__).parent / "templates" / "chatml.jinja"}
+BUILT_IN = {"chatml": CHATML}
 RESERVED = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token"})
 
 
