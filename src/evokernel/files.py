@@ -136,26 +136,34 @@ def _resolve(path: Path) -> tuple[Path, list[Path]]:
     return current, visited
 
 
+def nearest_existing(path: Path) -> tuple[Path, int]:
+    """(the nearest existing path at or above `path`, its stat mode). FileRefused when none
+    exists or one cannot be examined."""
+    ancestor = path
+    while True:
+        try:
+            return ancestor, os.stat(ancestor).st_mode
+        except FileNotFoundError:
+            if ancestor.parent == ancestor:
+                raise FileRefused(f"{path}: no existing parent directory") from None
+            ancestor = ancestor.parent
+        except NotADirectoryError:  # a component below is a regular file
+            ancestor = ancestor.parent
+        except OSError as err:
+            raise FileRefused(f"{ancestor}: {err.strerror or err}") from None
+
+
 def _writable_parent(given: Path, target: Path) -> None:
     """The nearest existing ancestor of `target` must be a writable directory (the writer
     creates the rest and puts its temporary file next to the target)."""
-    ancestor = target.parent
-    while True:
-        try:
-            mode = os.stat(ancestor).st_mode
-            break
-        except FileNotFoundError:
-            if ancestor.parent == ancestor:
-                raise FileRefused(f"{given}: no existing parent directory") from None
-            ancestor = ancestor.parent
-        except NotADirectoryError:
-            ancestor = ancestor.parent
-        except OSError as err:
-            raise FileRefused(f"{given}: {ancestor}: {err.strerror or err}") from None
+    try:
+        ancestor, mode = nearest_existing(target.parent)
+    except FileRefused as err:
+        raise FileRefused(f"{given}: {err}") from None
     if not stat.S_ISDIR(mode):
         raise FileRefused(f"{given} lies under {ancestor}, which is {kind(mode)}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise FileRefused(f"{given}: {ancestor} is not writable")
 
 
-__all__ = ["FileRefused", "kind", "output_file", "read_regular"]
+__all__ = ["FileRefused", "kind", "nearest_existing", "output_file", "read_regular"]

@@ -231,3 +231,41 @@ def test_interrupted_tune_writes_no_pack_and_resumes_to_the_same_result(
 
 def _with_run(tables: object, ref: Path, pack: Path) -> object:
     return json.loads(json.dumps(tables).replace(str(ref), str(pack)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU search")
+@pytest.mark.parametrize(
+    ("preset", "task"),
+    [
+        ("tiny-llama", "decode_layer@H128-Hq8-Hkv2-D32-I192-noqknorm"),
+        ("tiny-qwen2", "decode_layer@H64-Hq4-Hkv2-D32-I160-bias-noqknorm"),
+    ],
+)
+def test_tune_on_each_family_writes_a_pack_verify_accepts(
+    preset: str, task: str, tmp_path: Path
+) -> None:
+    from evokernel.model.random import write_random_checkpoint
+
+    model = write_random_checkpoint(tmp_path / preset, preset, seed=2, dtype="float32")
+    pack = tmp_path / "pack"
+    code, out, err = run_cli(
+        "tune", "--model", str(model), "--out", str(pack), "--device", "cpu",
+        "--iterations", "1", "--json",
+    )  # fmt: skip
+    assert code == 0, err + out
+    doc = json.loads((pack / "pack.json").read_text())
+    assert task in doc["tasks"] and doc["model"]["model_type"] == preset.removeprefix("tiny-")
+    code, out, err = run_cli(
+        "verify", "--model", str(model), "--device", "cpu", "--steps", "4",
+        "--kernels", str(pack), "--json",
+    )  # fmt: skip
+    assert code == 0, err + out
+    assert json.loads(out.splitlines()[-1])["passed"] is True
+    # The pack of one family is refused for another with the same shapes.
+    other = write_random_checkpoint(tmp_path / "qwen3", "tiny", seed=2, dtype="float32")
+    code, _, err = run_cli(
+        "generate", "--model", str(other), "--prompt-ids", "1,2", "--max-new-tokens", "2",
+        "--device", "cpu", "--kernels", str(pack),
+    )  # fmt: skip
+    assert code == 2 and "is for a model with" in err and err.count("\n") == 1

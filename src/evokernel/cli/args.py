@@ -144,19 +144,10 @@ def output_dir(path: str | Path, flag: str) -> Path:
     """A directory to write into: an existing directory, or a path whose nearest existing
     ancestor is a writable directory. Nothing is created here."""
     p = _path(path, flag)
-    ancestor = p
-    while True:
-        try:
-            mode = os.stat(ancestor).st_mode
-            break
-        except FileNotFoundError:
-            if ancestor.parent == ancestor:
-                raise ConfigError(f"{flag}: {p}: no existing parent directory") from None
-            ancestor = ancestor.parent
-        except NotADirectoryError:  # a component below is a regular file
-            ancestor = ancestor.parent
-        except OSError as err:
-            raise ConfigError(f"{flag}: {ancestor}: {err.strerror or err}") from None
+    try:
+        ancestor, mode = files.nearest_existing(p)
+    except files.FileRefused as err:
+        raise ConfigError(f"{flag}: {err}") from None
     if not stat.S_ISDIR(mode):
         what = "exists and" if ancestor == p else f"lies under {ancestor}, which"
         raise ConfigError(f"{flag}: {p} {what} is {_kind(mode)}, not a directory")

@@ -93,7 +93,7 @@ def row_limit(model: DecoderModel) -> int | None:
     """Rows one decode launch takes: the fused kernels' bound when any decode op runs them."""
     origins = model.ops.origin.values()
     if any(o.startswith(("triton", "pack:")) for o in origins):
-        from evokernel.ops.decode import MAX_ROWS
+        from evokernel.ops.grid import MAX_ROWS
 
         return MAX_ROWS
     return None

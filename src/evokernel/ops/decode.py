@@ -18,6 +18,7 @@ Where each call goes:
     per row by the lm_head programs (an atomic max on a kept zeroed buffer, `argmax_keys`)
     and a one-program kernel that turns the keys into tokens.
 All of it depends on shapes and host-side bounds only: no host sync, graph-capturable.
+Importing this module imports the kernels (Triton): do it after `evokernel.device.prepare`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import torch
 
 from evokernel.model.weights import PackedWeight, Weight
 from evokernel.ops import attention_cuda, layer, quant
+from evokernel.ops.grid import MAX_ROWS, check_rows
 from evokernel.ops.layer import kept_zeros, next_pow2
-from evokernel.ops.tuning import DEFAULT, MAX_ROWS, DecodeTuning
+from evokernel.ops.tuning import DEFAULT, DecodeTuning
 
 ARGMAX_MAX_VOCAB = 1 << 24  # greedy_head's argmax keys hold the id in 24 bits
 
@@ -55,14 +57,6 @@ def attention_split(
     return int(layer.attention_split(max_len, programs_per_split, device, tuning))
 
 
-def _check_rows(x: torch.Tensor, K: int) -> int:
-    M = x.shape[0]
-    assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
-    assert 1 <= M <= MAX_ROWS, f"fused decode ops take 1..{MAX_ROWS} rows, got {M}"
-    assert x.stride(1) == 1, "rows must be contiguous"
-    return M
-
-
 def _dense(weight: Weight, K: int, x: torch.Tensor) -> torch.Tensor:
     assert isinstance(weight, torch.Tensor)
     assert weight.shape[1] == K and weight.stride(1) == 1, (tuple(weight.shape), K)
@@ -80,7 +74,7 @@ def norm_linear(
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
     N, K = weight.shape
-    _check_rows(x, K)
+    check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     assert bias is None or (bias.shape == (N,) and bias.is_contiguous())
     if isinstance(weight, PackedWeight):
@@ -96,7 +90,7 @@ def linear_residual(
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
     N, K = weight.shape
-    M = _check_rows(x, K)
+    M = check_rows(x, K)
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
     if isinstance(weight, PackedWeight):
         return quant.linear_residual(x, weight, residual, tuning=tuning)
@@ -112,7 +106,7 @@ def norm_gate_up_silu(
     tuning: DecodeTuning = DEFAULT,
 ) -> torch.Tensor:
     two_i, K = gate_up.shape
-    _check_rows(x, K)
+    check_rows(x, K)
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     if isinstance(gate_up, PackedWeight):
         return quant.norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning=tuning)
@@ -216,7 +210,7 @@ def _head(
     from evokernel.kernels.gemv import norm_head_kernel
 
     V, K = lm_head.shape
-    M = _check_rows(x, K)
+    M = check_rows(x, K)
     assert norm_weight.shape == (K,) and lm_head.stride(1) == 1 and x.dtype == lm_head.dtype
     if tuning.rows_min <= M:
         layer._rows(x, norm_weight, lm_head, None, logits, None, keys, eps, V, tuning,

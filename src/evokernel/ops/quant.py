@@ -37,9 +37,9 @@ import torch
 
 from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.weights import PackedWeight
-from evokernel.ops.grid import cdiv, next_pow2
+from evokernel.ops.grid import cdiv, check_rows, next_pow2
 from evokernel.ops.layer import sm_count
-from evokernel.ops.tuning import DEFAULT, MAX_ROWS, DecodeTuning
+from evokernel.ops.tuning import DEFAULT, DecodeTuning
 
 LINEAR_KERNEL_ROWS = 16
 
@@ -106,13 +106,9 @@ def _warps(block: int, lay: Layout, tuning: DecodeTuning, tiles: int = 1) -> int
     return 8 if block * lay.values_per_row * tiles >= 16384 else 4
 
 
-def _check_rows(x: torch.Tensor, K: int, max_rows: int = MAX_ROWS) -> int:
-    M = x.shape[0]
-    assert x.dim() == 2 and x.shape[1] == K, (tuple(x.shape), K)
-    assert 1 <= M <= max_rows, f"fused quantized ops take 1..{max_rows} rows, got {M}"
-    assert x.stride(1) == 1, "rows must be contiguous"
+def _check_rows(x: torch.Tensor, K: int) -> int:
     assert x.dtype in (torch.bfloat16, torch.float16, torch.float32), x.dtype
-    return M
+    return check_rows(x, K)
 
 
 def _check(weight: PackedWeight, x: torch.Tensor) -> Layout:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-MAX_ROWS = 256  # rows (sequences) one fused decode call takes
-
 
 class DecodeTuning(NamedTuple):
     """Launch choices of the fused decode kernels (none changes a result)."""
