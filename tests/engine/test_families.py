@@ -1,10 +1,11 @@
 """Every family through every verb, on checkpoints transformers writes itself.
 
-For Llama (`llama3` RoPE scaling, GQA 4:1, untied head), Qwen2 (q/k/v biases, no q/k norms)
-and Qwen3 (q/k norms, untied): a randomly initialised `*ForCausalLM` saved with
-`save_pretrained` loads, our RoPE table is transformers' own, `verify` passes with the torch
-ops and with the Triton kernels under the interpreter, and `generate --prompt` runs with a
-tokenizer in the directory. The random presets of each family verify too."""
+For Llama (`llama3` RoPE scaling, GQA 4:1, untied head), Qwen2 (q/k/v biases, no q/k norms),
+Qwen3 (q/k norms, untied) and Mistral (no sliding window): a randomly initialised
+`*ForCausalLM` saved with `save_pretrained` loads, our RoPE table is transformers' own,
+`verify` passes with the torch ops and with the Triton kernels under the interpreter, and
+`generate --prompt` runs with a tokenizer in the directory. The random presets of each
+family verify too."""
 
 from __future__ import annotations
 
@@ -59,7 +60,13 @@ def _qwen3() -> object:
     return Qwen3ForCausalLM(HFQwen3Config(**COMMON, head_dim=32))
 
 
-FAMILIES = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3}
+def _mistral() -> object:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return MistralForCausalLM(MistralConfig(**COMMON, sliding_window=None))
+
+
+FAMILIES = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "mistral": _mistral}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
