@@ -4,7 +4,7 @@ stands: at module level, inside a function, or under `if TYPE_CHECKING:`.
 
 Layers, lowest first (a module may import its own layer and those below it):
 
-  errors, pysource, device, files, nvml   base helpers
+  errors, reasons, pysource, device, files, nvml   base helpers
   model        checkpoints -> config (families), typed weights, quantized formats
   kernels      @triton.jit bodies (and CUDA sources)
   ops          op name -> implementation; the decode launchers
@@ -26,7 +26,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
-    {"errors", "pysource", "device", "files", "nvml", "evokernel"},
+    {"errors", "pysource", "device", "files", "nvml", "reasons", "evokernel"},
     {"model"},
     {"kernels"},
     {"ops"},

@@ -6,8 +6,8 @@ import torch
 
 from evokernel.evaluate.compare import Case, errors, judge, judge_repeat
 from evokernel.evaluate.protocol import CallRecord
+from evokernel.reasons import reason_code
 from evokernel.tasks.base import OutputSpec, Tolerance
-from evokernel.tasks.reasons import reason_code
 
 TOL = Tolerance(rel_l2=1e-5, max_abs_rel=1e-5)
 REF = torch.linspace(-1, 1, 24, dtype=torch.float64).reshape(2, 3, 4)

@@ -9,8 +9,8 @@ from pathlib import Path
 from evokernel.evaluate.figures import profile_problems, scenario_result, timer_problems
 from evokernel.evaluate.protocol import GpuEvent, Series
 from evokernel.evaluate.worker.profile import gpu_events
+from evokernel.reasons import reason_code
 from evokernel.tasks import get_task
-from evokernel.tasks.reasons import reason_code
 
 KERNELS = ["_decode_split", "_decode_combine"]
 

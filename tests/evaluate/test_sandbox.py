@@ -11,7 +11,7 @@ from eval_helpers import ISOLATED, descendants, marked_processes
 
 from evokernel.errors import EvokernelError
 from evokernel.evaluate import run_isolated
-from evokernel.tasks.reasons import reason_code
+from evokernel.reasons import reason_code
 
 FUNCTIONS = ISOLATED / "functions.py"
 

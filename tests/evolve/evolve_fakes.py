@@ -15,8 +15,8 @@ from evokernel.evolve import fitness as fit
 from evokernel.evolve.llm.accounting import Accounting
 from evokernel.evolve.mutators.registry import MutatorSet
 from evokernel.evolve.types import MutationContext, Proposal, Usage
+from evokernel.reasons import reason
 from evokernel.tasks import blocks
-from evokernel.tasks.reasons import reason
 
 SEED = '''"""A toy candidate."""
 

@@ -23,8 +23,8 @@ from evokernel.evolve import fitness as fit
 from evokernel.evolve.config import config_from_dict
 from evokernel.evolve.session import create_session
 from evokernel.evolve.types import MutationContext, Proposal
+from evokernel.reasons import reason
 from evokernel.tasks import blocks
-from evokernel.tasks.reasons import reason
 
 SEED = '''"""A kernel-shaped toy: its knobs set its speed and, through MODE, its fate."""
 

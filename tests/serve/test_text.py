@@ -161,6 +161,7 @@ def _generate_chat(text: str, stops: list[str]) -> tuple[dict, list[dict], _Engi
     """A chat answer of `text` (its bytes as tokens, then EOS) through Generation and Format,
     whole and streamed."""
     import asyncio
+    import concurrent.futures
 
     from evokernel.engine.batching import RowParams
     from evokernel.serve.engine_client import TokenEvent, TokenStream
@@ -186,7 +187,10 @@ def _generate_chat(text: str, stops: list[str]) -> tuple[dict, list[dict], _Engi
         deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks if c]
         return fmt.whole(pieces, gen.finish_reason or "", {}), deltas
 
-    whole, deltas = asyncio.run(run())
+    # In a thread of its own: another test of the session (a browser driven through Playwright's
+    # sync API) may leave this thread inside a running event loop, where asyncio.run refuses.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        whole, deltas = pool.submit(asyncio.run, run()).result()
     return whole, deltas, engine
 
 

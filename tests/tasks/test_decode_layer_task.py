@@ -13,11 +13,11 @@ from task_checks import digest, errors
 from evokernel.errors import TaskError
 from evokernel.model.config import ModelConfig
 from evokernel.model.presets import PRESETS
+from evokernel.reasons import reason_code
 from evokernel.tasks import TASK_NAMES, get_task
 from evokernel.tasks.base import Scenario
 from evokernel.tasks.decode_layer import task as layer_task
 from evokernel.tasks.decode_layer.scenarios import QWEN3_06B, Shape
-from evokernel.tasks.reasons import reason_code
 
 TASK = get_task("decode_layer")
 CPU = TASK.scenarios("cpu") + TASK.hidden_scenarios("cpu", 0)

@@ -214,7 +214,7 @@ def run_eval_bench(
 
 def _stop(threads: list[threading.Thread], within_s: float = 10.0) -> None:
     from evokernel.evaluate.process.launch import abort_all
-    from evokernel.tasks.reasons import reason
+    from evokernel.reasons import reason
 
     deadline = time.monotonic() + within_s
     line = reason("infrastructure", "the bench was interrupted")

@@ -116,7 +116,8 @@ def make_op(
     tokens = torch.zeros(rows, dtype=torch.int64, device=dev)
     pos = torch.zeros(rows, dtype=torch.int32, device=dev)
     lens = torch.ones(rows, dtype=torch.int32, device=dev)
-    return lambda w: mod.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
+    # the engine's greedy head: it sends a packed head to the format's launcher itself
+    return lambda w: decode.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
 
 
 def _replace(tuning: Any, **changes: Any) -> Any:

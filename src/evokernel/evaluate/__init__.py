@@ -49,9 +49,9 @@ if TYPE_CHECKING:
     from evokernel.evaluate.result import EvalResult as EvalResult
     from evokernel.evaluate.result import ScenarioResult as ScenarioResult
     from evokernel.evaluate.result import TimingStats as TimingStats
-    from evokernel.tasks.reasons import REASON_CODES as REASON_CODES
-    from evokernel.tasks.reasons import reason as reason
-    from evokernel.tasks.reasons import reason_code as reason_code
+    from evokernel.reasons import REASON_CODES as REASON_CODES
+    from evokernel.reasons import reason as reason
+    from evokernel.reasons import reason_code as reason_code
 
 _EXPORTS = {
     "default_workers": "api",

@@ -41,9 +41,9 @@ from evokernel.evaluate.process.policy import require_isolation
 from evokernel.evaluate.result import EvalResult
 from evokernel.evaluate.session import CPU_LABEL, CUDA_LABEL, CandidateRun
 from evokernel.evaluate.static import MAX_SOURCE_BYTES, check_source, source_problems
+from evokernel.reasons import reason
 from evokernel.tasks import get_task
 from evokernel.tasks.base import Task
-from evokernel.tasks.reasons import reason
 
 Candidate = str | Path
 

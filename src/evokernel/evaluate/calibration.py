@@ -26,8 +26,8 @@ from evokernel.evaluate.plan import public_scenarios, timing_plan, warm_scenario
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.pool import Spec, StartFailed, start
 from evokernel.evaluate.stats import median
+from evokernel.reasons import reason
 from evokernel.tasks.base import Task
-from evokernel.tasks.reasons import reason
 
 CALIBRATION_SEED = 7
 

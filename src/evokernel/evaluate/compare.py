@@ -20,8 +20,8 @@ import torch
 
 from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.result import CheckRecord
+from evokernel.reasons import reason
 from evokernel.tasks.base import OutputSpec, Tolerance
-from evokernel.tasks.reasons import reason
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ import torch
 from evokernel.evaluate.protocol import GpuEvent, Series
 from evokernel.evaluate.result import ScenarioResult, TimingStats
 from evokernel.evaluate.stats import median, paired_speedup, timing_stats
+from evokernel.reasons import reason
 from evokernel.tasks.base import Scenario, Task
-from evokernel.tasks.reasons import reason
 
 BEYOND_ROOFLINE_PCT = 105.0
 BASELINE_SLOWDOWN = 1.25

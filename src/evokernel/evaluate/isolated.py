@@ -30,7 +30,7 @@ from evokernel.evaluate import protocol as p
 from evokernel.evaluate.process import policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
 from evokernel.evaluate.process.policy import require_isolation
-from evokernel.tasks.reasons import reason
+from evokernel.reasons import reason
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Typed results of one evaluation. Everything the search and the CLI read comes from here;
 nothing parses free text.
 
-A reason is one line, `"<code>: <detail>"`, where `<code>` is one of tasks/reasons.py's
+A reason is one line, `"<code>: <detail>"`, where `<code>` is one of reasons.py's
 `REASON_CODES`. Tests and the search match on the code; people read the detail.
 `EvalResult.correct` is True exactly when `reasons` is empty.
 """
@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evokernel.tasks.reasons import reason_code
+from evokernel.reasons import reason_code
 
 
 @dataclass

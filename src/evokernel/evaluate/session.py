@@ -43,8 +43,8 @@ from evokernel.evaluate.process.pool import POOL, Spec, StartFailed
 from evokernel.evaluate.result import DeviceInfo, EvalResult
 from evokernel.evaluate.stop import Stop
 from evokernel.evaluate.timed import TimingPhase
+from evokernel.reasons import reason
 from evokernel.tasks.base import Task
-from evokernel.tasks.reasons import reason
 
 MAX_FAILED_JOBS = 4
 MAX_REASONS = 12

@@ -23,8 +23,8 @@ import codecs
 import re
 
 from evokernel import pysource
+from evokernel.reasons import reason
 from evokernel.tasks.blocks import BlockError, find_block
-from evokernel.tasks.reasons import reason
 
 ALLOWED_MODULES = frozenset(
     {"torch", "torch.nn.functional", "triton", "triton.language", "math", "functools", "typing"}

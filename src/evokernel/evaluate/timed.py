@@ -40,8 +40,8 @@ from evokernel.evaluate.process.launch import WorkerProcess
 from evokernel.evaluate.result import EvalResult
 from evokernel.evaluate.static import triton_kernels
 from evokernel.evaluate.stop import Stop
+from evokernel.reasons import reason
 from evokernel.tasks.base import Scenario, Task
-from evokernel.tasks.reasons import reason
 from evokernel.tasks.rng import derive_seed
 
 R = TypeVar("R", bound=p.Message)

@@ -57,8 +57,8 @@ from evokernel.evolve.types import (
     Proposal,
     code_digest,
 )
+from evokernel.reasons import reason_code
 from evokernel.tasks import blocks
-from evokernel.tasks.reasons import reason_code
 
 SEED_ID = "seed"
 NOT_THE_CANDIDATES = {"infrastructure", "budget"}  # reason codes that say nothing of a program

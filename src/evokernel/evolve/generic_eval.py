@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.evaluate.result import EvalResult
-from evokernel.tasks.reasons import reason
+from evokernel.reasons import reason
 
 STAGE_FUNCTIONS = ("evaluate_stage1", "evaluate_stage2", "evaluate_stage3")
 LABEL = "generic evaluator"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from evokernel.tasks.reasons import reason_code
+from evokernel.reasons import reason_code
 
 OUTCOMES: dict[str, str] = {
     "seed": "seed (the starting program)",

@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from evokernel.reasons import REASON_CODES, reason_code
 from evokernel.report.outcomes import finite
 from evokernel.report.run_data import RunData
-from evokernel.tasks.reasons import REASON_CODES, reason_code
 
 
 @dataclass

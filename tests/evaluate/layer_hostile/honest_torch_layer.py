@@ -18,17 +18,19 @@ def _rope(x, c, s):
     return x * c + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * s
 
 
-def _qkv(h, input_norm, qkv_proj, q_norm, k_norm, cos, sin, positions, D, hkv, eps):
+def _qkv(h, input_norm, qkv_proj, qkv_bias, q_norm, k_norm, cos, sin, positions, D, hkv, eps):
     """q [B, Hq, D], k and v [B, Hkv, D]: the token's normed, rotated q and k, and v."""
     B = h.shape[0]
-    qkv = F.linear(_norm(h, input_norm, eps), qkv_proj).view(B, -1, D)
+    qkv = F.linear(_norm(h, input_norm, eps), qkv_proj, qkv_bias).view(B, -1, D)
     hq = qkv.shape[1] - 2 * hkv
     pos = positions.long()
     c = cos[pos].to(h.dtype)[:, None, :]
     s = sin[pos].to(h.dtype)[:, None, :]
     c, s = torch.cat((c, c), -1), torch.cat((s, s), -1)
-    q = _rope(_norm(qkv[:, :hq], q_norm, eps), c, s)
-    k = _rope(_norm(qkv[:, hq : hq + hkv], k_norm, eps), c, s)
+    q, k = qkv[:, :hq], qkv[:, hq : hq + hkv]
+    if q_norm is not None:
+        q, k = _norm(q, q_norm, eps), _norm(k, k_norm, eps)
+    q, k = _rope(q, c, s), _rope(k, c, s)
     return q, k, qkv[:, hq + hkv :], qkv[:, hq : hq + hkv]
 
 
@@ -51,15 +53,15 @@ def _rest(h, q, keys, values, seq_lens, scale, o_proj, post_attn_norm, gate_up_p
 
 
 def _layer(
-    h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj, down_proj,
-    cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
+    h, input_norm, qkv_proj, qkv_bias, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj,
+    down_proj, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
 ):  # fmt: skip
     """The correct layer, except for what `_write` does with the cache; attention reads the
     token's row from a private copy, so a wrong write changes only the cache."""
     B = h.shape[0]
     hkv, S, D = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
-    q, k, v, raw_k = _qkv(h, input_norm, qkv_proj, q_norm, k_norm, cos, sin, positions, D, hkv,
-                          eps)  # fmt: skip
+    q, k, v, raw_k = _qkv(h, input_norm, qkv_proj, qkv_bias, q_norm, k_norm, cos, sin,
+                          positions, D, hkv, eps)  # fmt: skip
     n = min(max_len, S)
     rows = torch.arange(B, device=h.device)
     pos = positions.long()
@@ -86,10 +88,11 @@ def _result(h, out):
 
 
 def decode_layer(
-    h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj,
-    down_proj, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
+    h, *, input_norm, qkv_proj, o_proj, post_attn_norm, gate_up_proj, down_proj, qkv_bias,
+    q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
 ):  # fmt: skip
     return _layer(
-        h, input_norm, qkv_proj, q_norm, k_norm, o_proj, post_attn_norm, gate_up_proj,
-        down_proj, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps, max_len,
+        h, input_norm, qkv_proj, qkv_bias, q_norm, k_norm, o_proj, post_attn_norm,
+        gate_up_proj, down_proj, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,
+        max_len,
     )  # fmt: skip

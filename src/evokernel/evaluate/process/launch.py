@@ -42,7 +42,7 @@ from evokernel.evaluate import protocol
 from evokernel.evaluate.process import channel, policy
 from evokernel.evaluate.process.cgroup import Cgroup
 from evokernel.evaluate.process.procs import Tracker
-from evokernel.tasks.reasons import reason
+from evokernel.reasons import reason
 
 A = TypeVar("A", bound=protocol.Message)
 B = TypeVar("B", bound=protocol.Message)

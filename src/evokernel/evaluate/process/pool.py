@@ -45,7 +45,7 @@ from evokernel.evaluate import protocol as p
 from evokernel.evaluate.locks import slot_of
 from evokernel.evaluate.process import compile_cache, policy
 from evokernel.evaluate.process.launch import WorkerGone, WorkerProcess
-from evokernel.tasks.reasons import reason
+from evokernel.reasons import reason
 
 IDLE_S = 300.0
 SPARES_PER_LEASE = 2

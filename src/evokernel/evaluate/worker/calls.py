@@ -30,8 +30,8 @@ import torch
 from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import CallRecord
 from evokernel.evaluate.worker.guards import Guards
+from evokernel.reasons import reason
 from evokernel.tasks.base import Task
-from evokernel.tasks.reasons import reason
 
 CUDA_ERROR_MARKERS = (
     "CUDA error",

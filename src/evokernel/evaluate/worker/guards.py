@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional
 
-from evokernel.tasks.reasons import reason
+from evokernel.reasons import reason
 
 
 def _os_threads() -> int:

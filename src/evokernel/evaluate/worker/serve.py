@@ -135,7 +135,7 @@ class Session:
     # --- requests ----------------------------------------------------------------------------
     def load(self, msg: p.Load) -> p.Loaded:
         from evokernel.evaluate.worker.calls import classify
-        from evokernel.tasks.reasons import reason, reason_code
+        from evokernel.reasons import reason, reason_code
 
         if not self.warmed:
             raise RuntimeError("Load before Warm: the worker's set-up is not finished")

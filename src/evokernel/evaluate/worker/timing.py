@@ -51,8 +51,8 @@ import torch
 from evokernel.evaluate.process.channel import FatalError
 from evokernel.evaluate.protocol import Recheck, Series, Time
 from evokernel.evaluate.worker.calls import Caller, classify, clone_inputs, observed
+from evokernel.reasons import reason
 from evokernel.tasks.base import Scenario, Task
-from evokernel.tasks.reasons import reason
 from evokernel.tasks.rng import derive_seed
 
 _perf = time.perf_counter

@@ -74,7 +74,7 @@ class Backend(Protocol):
 def lost_result(name: str, faults: list[str]) -> EvalResult:
     """The result of an evaluation given up after `faults` (infrastructure, no fitness)."""
     from evokernel.evaluate.result import EvalResult
-    from evokernel.tasks.reasons import reason
+    from evokernel.reasons import reason
 
     detail = f"evaluation lost {len(faults)} times, given up: " + " | ".join(faults[-3:])
     return EvalResult(

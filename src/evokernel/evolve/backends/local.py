@@ -102,7 +102,7 @@ class LocalBackend:
             if not self._busy:
                 return
         from evokernel.evaluate.process.launch import abort_all
-        from evokernel.tasks.reasons import reason
+        from evokernel.reasons import reason
 
         deadline = time.monotonic() + DRAIN_S
         line = reason("infrastructure", "the search stopped during this evaluation")

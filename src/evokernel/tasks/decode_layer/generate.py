@@ -30,6 +30,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from evokernel import pysource
+
 PACKAGE = Path(__file__).resolve().parents[2]  # src/evokernel
 SEED = Path(__file__).with_name("seed.py")
 # Source modules in the order their definitions appear in the seed (kernels first).
@@ -189,7 +191,7 @@ def _definitions(read: Reader) -> tuple[list[tuple[str, str]], dict[str, str]]:
     for rel in SOURCES:
         text = read(rel)
         lines = text.splitlines()
-        for node in ast.parse(text).body:
+        for node in pysource.parse(text, rel).body:
             segment = "\n".join(lines[_first_line(node) - 1 : node.end_lineno])
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = getattr(node, "module", None) or ""
@@ -213,7 +215,7 @@ def _first_line(node: ast.stmt) -> int:
 
 
 def _names(source: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(pysource.parse(source)) if isinstance(n, ast.Name)}
 
 
 def _closure(defs: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -46,11 +46,11 @@ import torch
 import torch.nn.functional as F
 
 from evokernel.errors import TaskError
+from evokernel.reasons import reason
 from evokernel.tasks.base import DEVICE_DTYPES, Inputs, OutputSpec, Scenario, Task, Tolerance
 from evokernel.tasks.decode_layer import inputs as _inputs
 from evokernel.tasks.decode_layer import scenarios as _scenarios
 from evokernel.tasks.decode_layer.scenarios import QWEN3_06B, Shape
-from evokernel.tasks.reasons import reason
 
 if TYPE_CHECKING:
     from evokernel.model.config import ModelConfig

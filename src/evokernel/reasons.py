@@ -2,7 +2,8 @@
 
 `<code>` is one of `REASON_CODES`; tests and the search match on the code, people read the
 detail. Tasks write them (`Task.observe` names a wrong output's kind) and the evaluator
-(evokernel.evaluate) writes the rest, so they live here, below both.
+(evokernel.evaluate) writes the rest, so they live here, below both (and import nothing: the
+search's light modules read results without torch).
 """
 
 from __future__ import annotations
