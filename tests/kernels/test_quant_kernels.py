@@ -24,6 +24,7 @@ from quant_weights import (
 
 from evokernel.ops import decode, quant
 from evokernel.ops.decode import DecodeTuning, argmax_keys
+from evokernel.ops.grid import MAX_ROWS
 
 # (bits, group, zeros, zero_offset, perm)
 INT_CASES = [
@@ -116,11 +117,11 @@ def test_greedy_head_writes_the_argmax_and_advances(kind, tile_bytes, device) ->
     decode.greedy_head(x, norm_w, w, EPS, tokens, pos, lens, tuning=tuning)
     assert tokens.tolist() == ref_logits(x, norm_w, w).argmax(-1).tolist()
     assert pos.tolist() == [4, 5, 6] and lens.tolist() == [5, 6, 7]
-    assert not argmax_keys(torch.device(device), quant.MAX_ROWS).any()  # left zero
+    assert not argmax_keys(torch.device(device), MAX_ROWS).any()  # left zero
 
 
 def test_many_rows_run_in_one_launch_and_prefill_goes_to_torch(device) -> None:
-    keys = torch.zeros(quant.MAX_ROWS, dtype=torch.int64, device=device)
+    keys = torch.zeros(MAX_ROWS, dtype=torch.int64, device=device)
     g0 = torch.Generator().manual_seed(3)
     head = int_weight(50, 64, 8, 32, g0, device=device)
     x0 = _randn(20, 64, g=g0, dtype=torch.float32, device=device)
