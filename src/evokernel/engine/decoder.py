@@ -28,7 +28,7 @@ the five fused ops (ops/compose.py):
   act  = norm_gate_up_silu(h, post_attn_norm, gate_up_proj)
   linear_residual(act, down_proj, h)                     h += down_proj(act)
 
-and may be a kernel pack's program for the context bucket (evokernel.packs).
+and may be a kernel pack's program for the context bucket (evokernel.engine.packs).
 
 then norm_logits(h, final_norm, lm_head) -> [B, V] float32 (`decode`), or greedy_head, which
 writes argmax into `tokens` and advances positions and seq_lens (`decode_greedy`). Nothing syncs
