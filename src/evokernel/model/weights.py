@@ -20,6 +20,7 @@ a time, so host RAM never holds a second full copy of the model.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import ClassVar, Union
 
@@ -28,7 +29,7 @@ import torch
 from evokernel.model.config import ModelConfig
 
 
-class PackedWeight:
+class PackedWeight(ABC):
     """A projection [out_features, in_features] stored in a packed (quantized) format.
 
     Subclasses (model/quant/) hold their tensors as attributes and say how to read them back:
@@ -37,15 +38,17 @@ class PackedWeight:
     format: ClassVar[str] = "packed"
 
     @property
+    @abstractmethod
     def shape(self) -> tuple[int, int]:
-        raise NotImplementedError
+        """[out_features, in_features]."""
 
+    @abstractmethod
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor the format stores, by name (what the GPU reads per token)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        raise NotImplementedError
+        """The projection as a dense [N, K] tensor of `dtype`."""
 
     @property
     def device(self) -> torch.device:
