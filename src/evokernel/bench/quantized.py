@@ -21,11 +21,6 @@ from evokernel.errors import ConfigError
 from evokernel.model.config import ModelConfig
 from evokernel.model.weights import ModelWeights, storage
 
-SHAPE_KEYS = (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-    "num_attention_heads", "num_key_value_heads", "head_dim",
-)  # fmt: skip
-
 
 def system_name(cfg: ModelConfig) -> str:
     q = cfg.quantization
@@ -41,12 +36,13 @@ def check_quantized(base: ModelConfig, model_dir: Path) -> ModelConfig:
     cfg = ModelConfig.from_dir(model_dir)
     if cfg.quantization is None:
         raise ConfigError(f"--quantized {model_dir}: not a quantized checkpoint")
-    for key in SHAPE_KEYS:
-        if getattr(cfg, key) != getattr(base, key):
-            raise ConfigError(
-                f"--quantized {model_dir}: {key} is {getattr(cfg, key)}, --model's is "
-                f"{getattr(base, key)} (the same architecture is compared)"
-            )
+    differ = base.architecture_difference(cfg)
+    if differ is not None:
+        key, theirs, ours = differ
+        raise ConfigError(
+            f"--quantized {model_dir}: {key} is {theirs}, --model's is {ours} (the same "
+            "architecture is compared)"
+        )
     return cfg
 
 

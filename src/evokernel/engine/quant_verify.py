@@ -20,16 +20,6 @@ from pathlib import Path
 from evokernel.errors import ConfigError
 from evokernel.model.config import ModelConfig
 
-SHAPE_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-)
-
 
 @contextlib.contextmanager
 def reference_dir(model_dir: str | Path) -> Iterator[Path]:
@@ -56,10 +46,10 @@ def quantization_label(cfg: ModelConfig) -> str | None:
 
 def check_original(cfg: ModelConfig, original: str | Path) -> None:
     """A one-line ConfigError unless `original` has `cfg`'s architecture."""
-    other = ModelConfig.from_dir(original)
-    for key in SHAPE_KEYS:
-        if getattr(other, key) != getattr(cfg, key):
-            raise ConfigError(
-                f"--reference {original}: {key} is {getattr(other, key)}, the checkpoint's is "
-                f"{getattr(cfg, key)}; give the model it was quantized from"
-            )
+    differ = cfg.architecture_difference(ModelConfig.from_dir(original))
+    if differ is not None:
+        key, theirs, ours = differ
+        raise ConfigError(
+            f"--reference {original}: {key} is {theirs}, the checkpoint's is {ours}; give the "
+            "model it was quantized from"
+        )

@@ -182,6 +182,19 @@ def argmax_key(value, index):
 
 
 @triton.jit
+def head_store(logit, row0, rows, V, logits_row_ptr, key_ptr, WRITE_LOGITS: tl.constexpr,
+               ARGMAX: tl.constexpr):  # fmt: skip
+    """A head program's end for one input row: its logits [BLOCK_N] (rows `rows` = row0 + 0..,
+    live below V) stored, and/or their argmax merged into the row's key by an atomic max."""
+    if WRITE_LOGITS:
+        tl.store(logits_row_ptr + rows, logit, mask=rows < V)
+    if ARGMAX:
+        logit = tl.where(rows < V, logit, -float("inf"))
+        best, arg = tl.max(logit, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        tl.atomic_max(key_ptr, argmax_key(best, row0 + arg), sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def norm_head_kernel(
     x_ptr,  # [M, K] the residual stream after the last layer
     norm_ptr,  # [K] final norm weight
@@ -213,15 +226,8 @@ def norm_head_kernel(
         if m < M:
             x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
             logit = tl.sum(w.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
-            if WRITE_LOGITS:
-                tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < V)
-            if ARGMAX:
-                logit = tl.where(rows < V, logit, -float("inf"))
-                best, arg = tl.max(
-                    logit, axis=0, return_indices=True, return_indices_tie_break_left=True
-                )
-                key = argmax_key(best, pid * BLOCK_N + arg)
-                tl.atomic_max(key_ptr + m, key, sem="relaxed", scope="gpu")
+            head_store(logit, pid * BLOCK_N, rows, V, logits_ptr + m * stride_logits, key_ptr + m,
+                       WRITE_LOGITS, ARGMAX)  # fmt: skip
 
 
 @triton.jit

@@ -39,7 +39,7 @@ Rows per launch M (1..64) run as a loop over the weight tile held in registers.
 import triton
 import triton.language as tl
 
-from evokernel.kernels.gemv import argmax_key
+from evokernel.kernels.gemv import head_store
 from evokernel.kernels.overlap import pdl_enter
 
 
@@ -267,12 +267,5 @@ def quant_norm_head_kernel(
         logit = _dot(q, s, z, idx, valid, xr, norm_ptr, p_ptr, rstd,
                      K, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True)  # fmt: skip
         logit = logit.to(dtype).to(tl.float32)
-        if WRITE_LOGITS:
-            tl.store(logits_ptr + m * stride_logits + rows, logit, mask=rows < V)
-        if ARGMAX:
-            logit = tl.where(rows < V, logit, -float("inf"))
-            best, arg = tl.max(
-                logit, axis=0, return_indices=True, return_indices_tie_break_left=True
-            )
-            key = argmax_key(best, pid * BLOCK_N + arg)
-            tl.atomic_max(key_ptr + m, key, sem="relaxed", scope="gpu")
+        head_store(logit, pid * BLOCK_N, rows, V, logits_ptr + m * stride_logits, key_ptr + m,
+                   WRITE_LOGITS, ARGMAX)  # fmt: skip

@@ -45,6 +45,17 @@ from evokernel.model.rope import RopeScaling, parse_rope, to_float
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 CONFIG_LAYOUTS = ("transformers5", "legacy")
 GENERATION_CONFIG = "generation_config.json"
+# The shapes that make two checkpoints one architecture (what a quantized copy must share with
+# the model it came from).
+ARCHITECTURE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
 
 
 @dataclass(frozen=True)
@@ -72,17 +83,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
             family(self.model_type, "config")  # raises, naming the supported ones
-        positive = (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-        )
-        for key in positive:
+        for key in (*ARCHITECTURE_KEYS, "max_position_embeddings"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise CheckpointError(f"config: {key} must be a positive integer, got {value!r}")
@@ -138,6 +139,13 @@ class ModelConfig:
     @property
     def gqa_ratio(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
+
+    def architecture_difference(self, other: ModelConfig) -> tuple[str, Any, Any] | None:
+        """The first of ARCHITECTURE_KEYS where `other` differs: (key, other's, ours)."""
+        for key in ARCHITECTURE_KEYS:
+            if getattr(other, key) != getattr(self, key):
+                return key, getattr(other, key), getattr(self, key)
+        return None
 
     def check_tokens(
         self, ids: Sequence[int], new_tokens: int, flag: str, positions: int | None = None

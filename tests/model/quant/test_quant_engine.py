@@ -113,3 +113,15 @@ def test_quantize_cli_then_verify_cli_with_reference(src, tmp_path, capsys, monk
     assert code == 0, text
     assert "quantized: gptq int4-g32, head int8-g32" in text
     assert "vs the original" in text and "informational" in text
+
+
+def test_a_reference_of_another_architecture_is_refused(src, tmp_path) -> None:
+    from evokernel.engine.quant_verify import check_original
+    from evokernel.errors import ConfigError
+    from evokernel.model.config import ModelConfig
+
+    other = write_random_checkpoint(tmp_path / "o", "tiny", seed=0, dtype="float32", layers=3)
+    cfg = ModelConfig.from_dir(src)
+    check_original(cfg, src)  # its own architecture passes
+    with pytest.raises(ConfigError, match="num_hidden_layers is 3, the checkpoint's is 2"):
+        check_original(cfg, other)
