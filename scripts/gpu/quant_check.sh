@@ -11,6 +11,9 @@
 #                                          in each format, verify --reference on two of them,
 #                                          then two `bench decode --suite full` runs with the
 #                                          bf16 model in each: about 9 minutes per bench run
+#   scripts/gpu/quant_check.sh quick       the headline formats (heads quantized) of random
+#                                          Qwen3-0.6B against bf16 at positions 1, 1,024 and
+#                                          8,192, one `bench decode` run: about 3 minutes
 #   scripts/gpu/quant_check.sh e2e-4b      the same for a random Qwen3-4B shape (8 GB
 #                                          checkpoint; quantized heads only): about 12 minutes
 #
@@ -63,6 +66,19 @@ e2e_for() {
     --quantized "$CKPT/$tag-fp8-hfp8" --quantized "$CKPT/$tag-int8-hint8" \
     --quantized "$CKPT/$tag-int4-hint8" --max-minutes 9 \
     --out "$OUT/quant_bench_$tag.json" 2>&1 | tee "$OUT/quant_bench_$tag.log"
+}
+
+quick() {
+  local base=$CKPT/q06-bf16
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \
+    || return 1
+  quantize "$base" q06-fp8-hfp8 --format fp8 --head fp8
+  quantize "$base" q06-int8-hint8 --format int8 --head int8
+  quantize "$base" q06-int4-hint8 --format int4 --head int8
+  "${EK[@]}" bench decode --model "$base" --positions 1,1024,8192 --baselines evokernel \
+    --quantized "$CKPT/q06-fp8-hfp8" --quantized "$CKPT/q06-int8-hint8" \
+    --quantized "$CKPT/q06-int4-hint8" --out "$OUT/quant_bench_quick.json" \
+    2>&1 | tee "$OUT/quant_bench_quick.log"
 }
 
 e2e() {

@@ -64,9 +64,13 @@ def one(shape: str, fmt: str, proj: str, perm: bool = False, bias: bool = False)
     w = qk.make_weight(fmt, min(N, 4096), K, dev="cpu")  # the layout; N sets the launch
     if perm:
         w.perm = torch.randperm(K).to(torch.int32)
-    lay = quant.layout(w)
-    bn = quant.block_n(N // tiles, lay, torch.device("cpu"), DEFAULT, tiles)
-    warps = quant._warps(bn, lay, DEFAULT, tiles)
+    op = {"qkv": "norm_linear", "gate_up": "gate_up", "head": "head"}.get(proj, "linear_residual")
+    lay = quant.layout(w, op)
+    tuning = DEFAULT
+    if op == "head":
+        tuning = DEFAULT._replace(tile_bytes=max(DEFAULT.tile_bytes, quant.HEAD_TILE_BYTES))
+    bn = quant.block_n(N // tiles, lay, torch.device("cpu"), tuning, tiles)
+    warps = quant._warps(bn, lay, tuning, tiles)
     ptrs = dict(zip(("q_ptr", "s_ptr", "z_ptr", "p_ptr"), (POINTER[t.dtype] for t in lay.tensors)))
     consts = dict(K=K, BLOCK_N=bn, PDL=True, **lay.meta)
     norm = {"x_ptr": "*bf16", "norm_ptr": "*bf16", **ptrs}

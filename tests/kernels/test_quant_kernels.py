@@ -22,6 +22,7 @@ from quant_weights import (
     ref_norm_linear,
 )
 
+from evokernel.model.quant.packed import Fp8Weight, cdiv
 from evokernel.ops import decode, quant
 from evokernel.ops.decode import DecodeTuning, argmax_keys
 from evokernel.ops.grid import MAX_ROWS
@@ -144,3 +145,37 @@ def test_block_n_keeps_a_wave_of_programs_and_the_tile_budget(device) -> None:
     tuning = DecodeTuning(tile_bytes=32 * 1024)
     bn = quant.block_n(4096, lay, torch.device("cpu"), tuning)
     assert bn * lay.row_bytes <= 32 * 1024 and bn & (bn - 1) == 0
+
+
+def _every_byte_fp8(N: int, K: int, device: str) -> Fp8Weight:
+    """Every e4m3 bit pattern but the two NaNs (subnormals, both zeros, the largest values),
+    cycled over an [N, K] weight with per-row scales."""
+    codes = torch.tensor([b for b in range(256) if b & 0x7F != 0x7F], dtype=torch.uint8)
+    flat = codes.repeat(-(-N * K // codes.numel()))[: N * K]
+    weight = flat.view(torch.float8_e4m3fn).reshape(N, K)
+    scale = torch.linspace(0.5, 2.0, N).reshape(N, 1).expand(N, cdiv(K, 128)).contiguous()
+    return Fp8Weight(weight, scale, 1, 128).to(device)
+
+
+@pytest.mark.parametrize("kind", ["fp8-every-byte", *IDS])
+def test_every_dequantisation_gives_the_same_products(kind, device, monkeypatch) -> None:
+    """kernels/quant_gemv.py DEQ: values placed in float32 bit fields, or cast before the
+    PDL wait with the scales applied, against Triton's casts after it: the same float32
+    values, so the same outputs to summation order."""
+    M, N, K = 2, 70, 264
+    g = torch.Generator().manual_seed(17)
+    if kind == "fp8-every-byte":
+        w = _every_byte_fp8(N, K, device)
+    else:
+        w = _weights(KINDS[IDS.index(kind)], N, K, g, device)
+    x = _randn(M, K, g=g, dtype=torch.float32, device=device, scale=2.0)
+    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device)
+    out = {}
+    for mode in quant.DEQ_CODES:
+        monkeypatch.setattr(quant, "DEQUANT", mode)
+        out[mode] = quant.norm_linear(x, norm_w, w, EPS)
+    assert_close(out["magic"], out["convert"], "magic vs convert")  # one summation order
+    if kind != "fp8-every-byte":  # (its 448s and subnormals in one sum: order-sensitive)
+        want = ref_norm_linear(x, norm_w, w)
+        for mode, got in out.items():
+            assert_close(got, want, f"{mode} vs reference")

@@ -50,6 +50,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "warps4": {"gemv_warps": 4},
     "warps8": {"gemv_warps": 8},
     "no-pdl": {"pdl": False},
+    # the packed values placed in float32 bit fields instead of Triton's casts
+    # (ops/quant.py DEQUANT; bf16 does not run it)
+    "magic": {"dequant": "magic"},
+    "early": {"dequant": "early"},
+    "interleave": {"dequant": "interleave"},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6
@@ -130,13 +135,27 @@ def _replace(tuning: Any, **changes: Any) -> Any:
 def measure(
     shape: str, proj: str, fmt: str, variant: str, rows: int, reps: int, gbps: float
 ) -> dict[str, Any]:
-    from evokernel.bench.decode_stages import graph_us
-    from evokernel.ops.decode import DEFAULT
+    from evokernel.ops import quant
     from evokernel.ops.registry import pdl_supported
 
-    N, K = projection_shape(shape, proj)
     overrides = dict(VARIANTS[variant])
     pdl = overrides.pop("pdl", pdl_supported())
+    dequant = overrides.pop("dequant", quant.DEQUANT)
+    saved, quant.DEQUANT = quant.DEQUANT, dequant
+    try:
+        return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
+    finally:
+        quant.DEQUANT = saved
+
+
+def _measure(
+    shape: str, proj: str, fmt: str, variant: str, rows: int, reps: int, gbps: float,
+    pdl: bool, overrides: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    from evokernel.bench.decode_stages import graph_us
+    from evokernel.ops.decode import DEFAULT
+
+    N, K = projection_shape(shape, proj)
     tuning = _replace(DEFAULT, pdl=pdl, **overrides)
     first = make_weight(fmt, N, K)
     nbytes = weight_bytes(first)
@@ -189,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 for fmt in args.formats.split(","):
                     best = None
                     for variant in args.variants.split(","):
-                        if fmt == "bf16" and variant not in ("default", "no-pdl"):
+                        if fmt == "bf16" and variant not in ("default", "no-pdl", "warps4"):
                             continue
                         try:
                             r = measure(shape, proj, fmt, variant, rows, args.reps, gbps)

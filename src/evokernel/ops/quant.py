@@ -23,9 +23,11 @@ beyond (prefill). Activations bfloat16 / float16 (float32 under the CPU interpre
 Launch sizes: a program owns BLOCK_N rows and the whole K: as many values as the bf16
 kernels' `tuning.tile_bytes` tile (so a quarter of those bytes, packed, at 4 bits: registers
 follow the values), with BLOCK_N lowered until there are at least as many programs as SMs,
-as the dense launchers do (`block_n`). Warps: `tuning.gemv_warps`, else 8 for tiles of >= 16K
-values and 4 below. Everything depends on
-shapes and host-side values only: no host sync, graph-capturable.
+as the dense launchers do (`block_n`); the head's tile is at least `HEAD_TILE_BYTES`, and an
+"early" dequantisation (below) counts 4 bytes a value. Warps: `tuning.gemv_warps`, else 8 for
+tiles of >= 16K values and 4 below. How each op turns packed values into floats:
+`dequant_mode` and `Layout.warps` (`CHOICES`, per format and op). Everything depends on shapes and
+host-side values only: no host sync, graph-capturable.
 """
 
 from __future__ import annotations
@@ -42,6 +44,38 @@ from evokernel.ops.layer import sm_count
 from evokernel.ops.tuning import DEFAULT, DecodeTuning
 
 LINEAR_KERNEL_ROWS = 16
+# How and when the kernels turn packed values into float32 (kernels/quant_gemv.py DEQ):
+#   "convert"     Triton's casts (I2FP, or FP8 pairs through float16) after the PDL wait;
+#   "magic"       bit placement into a float32 with no conversion instruction, after the wait;
+#   "early"       the casts and the scales before the wait, into a float32 tile (registers
+#                 for 4 bytes a value: half the values a program);
+#   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
+#                 activations load contiguously (else, or with act-order, "convert").
+# The same products every way. `CHOICES` holds the mode and warps (0: the tile rule) per
+# format and op, each the fastest of `bench/quant_kernels.py` runs at Qwen3-0.6B's shapes on
+# an H100 and an H200 (docs/perf-log.md, "Quantized decode, second kernels"); `DEQUANT`,
+# when set, forces one mode for every launch in the process (the bench's variants), and
+# `DecodeTuning.gemv_warps`, when set, the warps.
+DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
+OPS = ("norm_linear", "linear_residual", "gate_up", "head")
+CHOICES: dict[tuple[str, str], tuple[str, int]] = {
+    ("fp8", "norm_linear"): ("early", 0),
+    ("fp8", "linear_residual"): ("convert", 8),
+    ("fp8", "gate_up"): ("early", 0),
+    ("fp8", "head"): ("convert", 4),
+    ("int8", "norm_linear"): ("early", 0),
+    ("int8", "linear_residual"): ("convert", 8),
+    ("int8", "gate_up"): ("convert", 0),
+    ("int8", "head"): ("convert", 4),
+    ("int4", "norm_linear"): ("magic", 0),
+    ("int4", "linear_residual"): ("interleave", 4),
+    ("int4", "gate_up"): ("interleave", 0),
+    ("int4", "head"): ("interleave", 4),
+}
+DEQUANT: str | None = None
+# The head's programs take this many tile bytes at the least (its 150K rows make plenty of
+# programs; larger tiles cut their number and per-program overhead: 8-13% on an H100).
+HEAD_TILE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -53,31 +87,50 @@ class Layout:
     meta: dict[str, Any]
     row_bytes: int  # packed bytes one row loads (padding included)
     values_per_row: int  # values one row unpacks (padding included)
+    warps: int = 0  # the op's warps for this format (0: by the tile's values)
 
 
-def layout(w: PackedWeight) -> Layout:
+def dequant_mode(w: PackedWeight, op: str) -> str:
+    """The DEQ mode `op` (one of OPS) runs `w` with: `DEQUANT` if set, else the default."""
+    assert op in OPS, op
+    return DEQUANT or CHOICES.get((w.format, op), ("convert", 0))[0]
+
+
+def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
+    """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
+    (an int32 word's values are its little-endian bytes' in order), scales, zero points,
+    permutation, and the constexprs (DEQ from `dequant_mode`)."""
     _N, K = w.shape
+    mode = dequant_mode(w, op)
+    warps = CHOICES.get((w.format, op), ("convert", 0))[1]
+    deq = DEQ_CODES[mode]
+    magic = mode == "magic"
     if isinstance(w, Fp8Weight):
-        gs, ng = w.block_k, next_pow2(cdiv(K, w.block_k))
+        gs = w.block_k
+        ng, gb = next_pow2(cdiv(K, gs)), next_pow2(gs)
         q, s = w.weight, w.scale
         assert _rows_contiguous(q) and _rows_contiguous(s)
-        meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GW=1, SCALE_ROWS=w.block_n, HAS_Z=False,
-                    ZOFF=0, HAS_PERM=False)  # fmt: skip
-        return Layout((q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gs + 4 * ng, ng * gs)
+        if magic:
+            q = q.view(torch.uint8)
+        meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GB=gb, SCALE_ROWS=w.block_n, HAS_Z=False,
+                    ZOFF=0, HAS_PERM=False, DEQ=deq)  # fmt: skip
+        return Layout(
+            (q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
+        )
     assert isinstance(w, IntWeight), type(w)
-    per = w.per_word
     gs = w.group_size
-    ng, gw = next_pow2(w.groups), next_pow2(gs // per)
-    q, s = w.qweight, w.scales
+    ng, gb = next_pow2(w.groups), next_pow2(gs * w.bits // 8)
+    s = w.scales
     z = w.zeros if w.zeros is not None else s
     p = w.perm if w.perm is not None else s
-    assert _rows_contiguous(q) and _rows_contiguous(s) and _rows_contiguous(z)
-    meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GW=gw, SCALE_ROWS=1,
+    assert _rows_contiguous(w.qweight) and _rows_contiguous(s) and _rows_contiguous(z)
+    q = w.qweight.view(torch.uint8)  # [N, 4 * words]: the words' bytes, little-endian
+    meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GB=gb, SCALE_ROWS=1,
                 HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
-                HAS_PERM=w.perm is not None)  # fmt: skip
-    row_bytes = ng * gw * 4 + ng * (s.element_size() + (1 if w.zeros is not None else 0))
+                HAS_PERM=w.perm is not None, DEQ=deq)  # fmt: skip
+    row_bytes = ng * gb + ng * (s.element_size() + (1 if w.zeros is not None else 0))
     return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
-                  ng * gw * per)  # fmt: skip
+                  ng * gb * (8 // w.bits), warps)  # fmt: skip
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -92,7 +145,7 @@ def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, til
     Values, not packed bytes: a program's registers grow with the values it unpacks and the
     activations it pairs them with (sm_90 builds at Qwen3-0.6B's shapes: int4 tiles of 32 KB
     packed need 255 registers a thread, one program per SM; of 16K values, 128)."""
-    per_row = 2 * lay.values_per_row * tiles
+    per_row = (4 if lay.meta["DEQ"] == DEQ_CODES["early"] else 2) * lay.values_per_row * tiles
     block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
     block = 1 << (block.bit_length() - 1)
     while block > 1 and cdiv(N, block) < sm_count(device):
@@ -101,8 +154,8 @@ def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, til
 
 
 def _warps(block: int, lay: Layout, tuning: DecodeTuning, tiles: int = 1) -> int:
-    if tuning.gemv_warps:
-        return tuning.gemv_warps
+    if tuning.gemv_warps or lay.warps:
+        return tuning.gemv_warps or lay.warps
     return 8 if block * lay.values_per_row * tiles >= 16384 else 4
 
 
@@ -111,10 +164,10 @@ def _check_rows(x: torch.Tensor, K: int) -> int:
     return check_rows(x, K)
 
 
-def _check(weight: PackedWeight, x: torch.Tensor) -> Layout:
+def _check(weight: PackedWeight, x: torch.Tensor, op: str) -> Layout:
     assert isinstance(weight, PackedWeight), type(weight)
     assert weight.device == x.device, (weight.device, x.device)
-    return layout(weight)
+    return layout(weight, op)
 
 
 def norm_linear(
@@ -145,7 +198,7 @@ def _gemv(
 
     N, K = weight.shape
     M = x.shape[0]
-    lay = _check(weight, x)
+    lay = _check(weight, x, "norm_linear")
     if bias is not None:
         assert bias.shape == (N,) and bias.dtype == x.dtype and bias.stride(0) == 1
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
@@ -183,7 +236,7 @@ def linear_residual(
     N, K = weight.shape
     M = _check_rows(x, K)
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
-    lay = _check(weight, x)
+    lay = _check(weight, x, "linear_residual")
     bn = block_n(N, lay, x.device, tuning)
     quant_gemv_add_kernel[(cdiv(N, bn),)](
         x, *lay.tensors, residual, M, N, x.stride(0), *lay.strides, residual.stride(0),
@@ -206,7 +259,7 @@ def norm_gate_up_silu(
     two_i, K = gate_up.shape
     M = _check_rows(x, K)
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
-    lay = _check(gate_up, x)
+    lay = _check(gate_up, x, "gate_up")
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     bn = block_n(inter, lay, x.device, tuning, tiles=2)
@@ -229,7 +282,8 @@ def _head(
     V, K = lm_head.shape
     M = _check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
-    lay = _check(lm_head, x)
+    lay = _check(lm_head, x, "head")
+    tuning = tuning._replace(tile_bytes=max(tuning.tile_bytes, HEAD_TILE_BYTES))
     bn = block_n(V, lay, x.device, tuning)
     out = logits if logits is not None else x  # an unused pointer argument
     quant_norm_head_kernel[(cdiv(V, bn),)](
