@@ -74,11 +74,10 @@ def one(shape: str, fmt: str, proj: str, perm: bool = False, bias: bool = False)
     ptrs = dict(zip(("q_ptr", "s_ptr", "z_ptr", "p_ptr"), (POINTER[t.dtype] for t in lay.tensors)))
     consts = dict(K=K, BLOCK_N=bn, PDL=True, **lay.meta)
     norm = {"x_ptr": "*bf16", "norm_ptr": "*bf16", **ptrs}
-    block_k = triton.next_power_of_2(K)
     if proj == "qkv":
         args = {**norm, "bias_ptr": "*bf16", "y_ptr": "*bf16", "M": "i32", "N": "i32",
                 **STRIDES, "stride_y": "i32", "eps": "fp32"}  # fmt: skip
-        consts |= {"BLOCK_K": block_k, "NORM": True, "HAS_BIAS": bias}
+        consts |= {"NORM": True, "HAS_BIAS": bias}
         usage = build(kernels.quant_norm_gemv_kernel, args, consts, warps)
     elif proj in ("o_proj", "down"):
         args = {"x_ptr": "*bf16", **ptrs, "res_ptr": "*bf16", "M": "i32", "N": "i32",
@@ -87,11 +86,11 @@ def one(shape: str, fmt: str, proj: str, perm: bool = False, bias: bool = False)
     elif proj == "gate_up":
         args = {**norm, "act_ptr": "*bf16", "M": "i32", "I": "i32", **STRIDES,
                 "stride_act": "i32", "eps": "fp32"}  # fmt: skip
-        usage = build(kernels.quant_norm_gate_up_kernel, args, consts | {"BLOCK_K": block_k}, warps)
+        usage = build(kernels.quant_norm_gate_up_kernel, args, consts, warps)
     else:
         args = {**norm, "key_ptr": "*i64", "logits_ptr": "*fp32", "M": "i32", "V": "i32",
                 **STRIDES, "stride_logits": "i32", "eps": "fp32"}  # fmt: skip
-        consts |= {"BLOCK_K": block_k, "WRITE_LOGITS": False, "ARGMAX": True}
+        consts |= {"WRITE_LOGITS": False, "ARGMAX": True}
         usage = build(kernels.quant_norm_head_kernel, args, consts, warps)
     extra = (" act-order" if perm else "") + (" bias" if bias else "")
     return f"{shape} {fmt:9s} {proj:8s}{extra} BLOCK_N={bn} warps={warps} {usage}"

@@ -50,8 +50,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "warps4": {"gemv_warps": 4},
     "warps8": {"gemv_warps": 8},
     "no-pdl": {"pdl": False},
-    # the packed values placed in float32 bit fields instead of Triton's casts
-    # (ops/quant.py DEQUANT; bf16 does not run it)
+    # one dequantisation for every op instead of ops/quant.py's CHOICES (its DEQUANT; bf16
+    # does not run them)
+    "convert": {"dequant": "convert"},
     "magic": {"dequant": "magic"},
     "early": {"dequant": "early"},
     "interleave": {"dequant": "interleave"},

@@ -117,54 +117,83 @@ def _zero_points(s, z, BITS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constex
 
 
 @triton.jit
-def _rstd(x_ptr, eps, K: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr):
-    """1 / RMS of one activation row (1.0 without NORM)."""
-    rstd = 1.0
-    if NORM:
-        flat = tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + flat, mask=flat < K, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    return rstd
+def _columns(b, valid, p_ptr, h: tl.constexpr, VB: tl.constexpr, K: tl.constexpr,
+             HAS_PERM: tl.constexpr):  # fmt: skip
+    """The input column of value h of each tile byte b [NG, GB], and its mask."""
+    k = b * VB + h
+    m = valid & (k < K)
+    if HAS_PERM:
+        k = tl.load(p_ptr + k, mask=m, other=0)
+    return k, m
 
 
 @triton.jit
-def _x_at(x_ptr, norm_ptr, k, valid, rstd, NORM: tl.constexpr):
-    """The activation row at columns `k` (any shape), float32; with NORM the RMS-normalised
-    values rounded as transformers rounds (to the dtype before and after the norm weight)."""
-    x = tl.load(x_ptr + k, mask=valid, other=0.0).to(tl.float32)
+def _normed(x, x_ptr, norm_ptr, k, m, rstd):
+    """RMS-normalised activations, rounded as transformers rounds (to the dtype before and
+    after the norm weight)."""
+    dtype = x_ptr.dtype.element_ty
+    w = tl.load(norm_ptr + k, mask=m, other=0.0).to(tl.float32)
+    return ((x * rstd).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _x_tiles(
+    x_ptr, norm_ptr, p_ptr, b, valid, eps,
+    K: tl.constexpr, GS: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr,
+    HAS_PERM: tl.constexpr, NORM: tl.constexpr, DEQ: tl.constexpr,
+):  # fmt: skip
+    """(x0, x1): the activation row at `_weight_tile`'s columns (b, valid), float32: x0 at
+    each byte's first value [NG, GB] (4 bits interleaved: at both values in column order
+    [NG, 2 * GB]), x1 at its second (4 bits, not interleaved; else x1 is x0). With NORM
+    they are RMS-normalised, the RMS taken over these same loads (the tile's columns are the
+    row's, each once): one round trip. Computed once per activation row, for every weight
+    tile a program holds."""
+    VB: tl.constexpr = 1 if FP8 else 8 // BITS  # values per byte
+    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2 and not HAS_PERM
+    if PAIRS:
+        c2 = tl.arange(0, 2 * b.shape[1])[None, :]
+        k0 = tl.arange(0, b.shape[0])[:, None] * GS + c2
+        m0 = (c2 < GS) & (k0 < K)
+    else:
+        k0, m0 = _columns(b, valid, p_ptr, 0, VB, K, HAS_PERM)
+    TWO: tl.constexpr = VB == 2 and not PAIRS
+    x0 = tl.load(x_ptr + k0, mask=m0, other=0.0).to(tl.float32)
+    x1 = x0
+    if TWO:
+        k1, m1 = _columns(b, valid, p_ptr, 1, VB, K, HAS_PERM)
+        x1 = tl.load(x_ptr + k1, mask=m1, other=0.0).to(tl.float32)
     if NORM:
-        dtype = x_ptr.dtype.element_ty
-        w = tl.load(norm_ptr + k, mask=valid, other=0.0).to(tl.float32)
-        x = ((x * rstd).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
-    return x
+        ss = tl.sum(tl.sum(x0 * x0, axis=1), axis=0)
+        if TWO:
+            ss += tl.sum(tl.sum(x1 * x1, axis=1), axis=0)
+        rstd = tl.rsqrt(ss / K + eps)
+        x0 = _normed(x0, x_ptr, norm_ptr, k0, m0, rstd)
+        if TWO:
+            x1 = _normed(x1, x_ptr, norm_ptr, k1, m1, rstd)
+        else:
+            x1 = x0
+    return x0, x1
 
 
 @triton.jit
 def _dot(
-    q, q1, s, z, b, valid, x_ptr, norm_ptr, p_ptr, rstd,
-    K: tl.constexpr, GS: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr, HAS_Z: tl.constexpr,
-    ZOFF: tl.constexpr, HAS_PERM: tl.constexpr, NORM: tl.constexpr, DEQ: tl.constexpr,
+    q, q1, s, z, x0, x1,
+    FP8: tl.constexpr, BITS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
+    HAS_PERM: tl.constexpr, DEQ: tl.constexpr,
 ):  # fmt: skip
-    """sum_k W[r, k] x[k] for each row r of the tile (`_weight_tile`'s q, q1, s, z, b,
-    valid), x the row at `x_ptr` (normalised with NORM): [BLOCK_N] float32."""
+    """sum_k W[r, k] x[k] for each row r of the tile (`_weight_tile`'s q, q1, s, z) with the
+    activations of `_x_tiles` (x0, x1): [BLOCK_N] float32."""
     sf = s.to(tl.float32)
     MAGIC: tl.constexpr = DEQ == MAGIC_BITS
+    VB: tl.constexpr = 1 if FP8 else 8 // BITS  # values per byte
+    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2 and not HAS_PERM
     if DEQ == EARLY:  # the weights are float32 already: the bf16 kernels' products
-        VBE: tl.constexpr = 1 if FP8 else 8 // BITS
-        part = tl.zeros(s.shape, tl.float32)  # [NG, BLOCK_N]
-        for h in tl.static_range(VBE):
-            k = b * VBE + h
-            m = valid & (k < K)
-            if HAS_PERM:
-                k = tl.load(p_ptr + k, mask=m, other=0)
-            x = _x_at(x_ptr, norm_ptr, k, m, rstd, NORM)  # [NG, GB]
-            if h == 0:
-                part += tl.sum(q * x[:, None, :], axis=2)
-            else:
-                part += tl.sum(q1 * x[:, None, :], axis=2)
+        part = tl.sum(q * x0[:, None, :], axis=2)  # [NG, BLOCK_N]
+        if VB == 2:
+            part += tl.sum(q1 * x1[:, None, :], axis=2)
         return tl.sum(part, axis=0)
     if FP8:
-        x = _x_at(x_ptr, norm_ptr, b, valid, rstd, NORM)  # [NG, GB]
+        x = x0
         if MAGIC:
             u = q.to(tl.int32)
             w = (((u & 0x80) << 24) | ((u & 0x7F) << 20)).to(tl.float32, bitcast=True)
@@ -174,40 +203,35 @@ def _dot(
             w = q.to(tl.float32)
         part = tl.sum(w * x[:, None, :], axis=2)  # [NG, BLOCK_N]
     else:
-        VB: tl.constexpr = 8 // BITS  # values per byte
         zp = _zero_points(s, z, BITS, HAS_Z, ZOFF)
-        if MAGIC:
-            zp3 = (zp + TWO_23)[:, :, None]
-        part = tl.zeros(s.shape, tl.float32)  # [NG, BLOCK_N]
-        xs = tl.zeros(s.shape[:1], tl.float32)  # [NG]
-        PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2 and not HAS_PERM
         if PAIRS:
             v = q.to(tl.int32)
             w = tl.interleave(v & 15, v >> 4).to(tl.float32)  # [NG, BLOCK_N, 2 * GB]
-            GSR: tl.constexpr = 2 * b.shape[1]
-            c2 = tl.arange(0, GSR)[None, :]
-            k = tl.arange(0, s.shape[0])[:, None] * GS + c2
-            x = _x_at(x_ptr, norm_ptr, k, (c2 < GS) & (k < K), rstd, NORM)  # [NG, 2 * GB]
-            part = tl.sum(w * x[:, None, :], axis=2)
-            xs = tl.sum(x, axis=1)
-        for h in tl.static_range(0 if PAIRS else VB):
-            k = b * VB + h
-            m = valid & (k < K)
-            if HAS_PERM:
-                k = tl.load(p_ptr + k, mask=m, other=0)
-            x = _x_at(x_ptr, norm_ptr, k, m, rstd, NORM)  # [NG, GB]
-            v = q.to(tl.int32)
-            if VB > 1:
-                v = (v >> (h * BITS)) & ((1 << BITS) - 1)
-            # One reduction per pass straight off the products (a chain of FMAs per thread).
-            if MAGIC:  # (q - z) exactly, one subtract
-                w = (v | 0x4B000000).to(tl.float32, bitcast=True)
-                part += tl.sum((w - zp3) * x[:, None, :], axis=2)
-            else:  # q alone; the zero point once per group, through the sum of x
-                part += tl.sum(v.to(tl.float32) * x[:, None, :], axis=2)
-                xs += tl.sum(x, axis=1)
-        if not MAGIC:
-            part -= zp * xs[:, None]
+            part = tl.sum(w * x0[:, None, :], axis=2)
+            part -= zp * tl.sum(x0, axis=1)[:, None]
+        else:
+            # One pass per value of a byte, each reduced straight off its products (a chain
+            # of FMAs per thread).
+            if MAGIC:
+                zp3 = (zp + TWO_23)[:, :, None]
+            part = tl.zeros(s.shape, tl.float32)  # [NG, BLOCK_N]
+            xs = tl.zeros(s.shape[:1], tl.float32)  # [NG]
+            for h in tl.static_range(VB):
+                if h == 0:
+                    x = x0
+                else:
+                    x = x1
+                v = q.to(tl.int32)
+                if VB > 1:
+                    v = (v >> (h * BITS)) & ((1 << BITS) - 1)
+                if MAGIC:  # (q - z) exactly, one subtract
+                    w = (v | 0x4B000000).to(tl.float32, bitcast=True)
+                    part += tl.sum((w - zp3) * x[:, None, :], axis=2)
+                else:  # q alone; the zero point once per group, through the sum of x
+                    part += tl.sum(v.to(tl.float32) * x[:, None, :], axis=2)
+                    xs += tl.sum(x, axis=1)
+            if not MAGIC:
+                part -= zp * xs[:, None]
     return tl.sum(part * sf, axis=0)
 
 
@@ -219,7 +243,7 @@ def quant_norm_gemv_kernel(
     bias_ptr,  # [N] (HAS_BIAS only)
     y_ptr,  # [M, N]
     M, N, stride_x, stride_q, stride_s, stride_z, stride_y, eps,
-    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP8: tl.constexpr,
+    K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
     HAS_PERM: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, DEQ: tl.constexpr,
@@ -235,9 +259,9 @@ def quant_norm_gemv_kernel(
     pdl_enter(PDL)
     for m in range(M):
         xr = x_ptr + m * stride_x
-        rstd = _rstd(xr, eps, K, BLOCK_K, NORM)
-        y = _dot(q, q1, s, z, idx, valid, xr, norm_ptr, p_ptr, rstd,
-                 K, GS, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, NORM, DEQ)  # fmt: skip
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, NORM, DEQ)  # fmt: skip
+        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         if HAS_BIAS:
             y += bias
         tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -265,8 +289,9 @@ def quant_gemv_add_kernel(
         # The residual is loaded with x, before the reduction: both L2 round trips overlap.
         res_rows = res_ptr + m * stride_res + rows
         r = tl.load(res_rows, mask=rows < N, other=0.0).to(tl.float32)
-        y = _dot(q, q1, s, z, idx, valid, x_ptr + m * stride_x, x_ptr, p_ptr, 1.0,
-                 K, GS, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, False, DEQ)  # fmt: skip
+        x0, x1 = _x_tiles(x_ptr + m * stride_x, x_ptr, p_ptr, idx, valid, 0.0,
+                          K, GS, FP8, BITS, HAS_PERM, False, DEQ)  # fmt: skip
+        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         tl.store(res_rows, (r + y.to(dtype).to(tl.float32)).to(dtype), mask=rows < N)
 
 
@@ -277,7 +302,7 @@ def quant_norm_gate_up_kernel(
     q_ptr, s_ptr, z_ptr, p_ptr,  # the packed weight [2I, K]: gate rows 0..I-1, up I..2I-1
     act_ptr,  # [M, I] out: silu(gate) * up
     M, I, stride_x, stride_q, stride_s, stride_z, stride_act, eps,
-    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP8: tl.constexpr,
+    K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
     HAS_PERM: tl.constexpr, DEQ: tl.constexpr, PDL: tl.constexpr,
@@ -298,11 +323,10 @@ def quant_norm_gate_up_kernel(
     dtype = act_ptr.dtype.element_ty
     for m in range(M):
         xr = x_ptr + m * stride_x
-        rstd = _rstd(xr, eps, K, BLOCK_K, True)
-        g = _dot(qg, qg1, sg, zg, idx, valid, xr, norm_ptr, p_ptr, rstd,
-                 K, GS, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True, DEQ)  # fmt: skip
-        u = _dot(qu, qu1, su, zu, idx, valid, xr, norm_ptr, p_ptr, rstd,
-                 K, GS, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True, DEQ)  # fmt: skip
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, True, DEQ)  # fmt: skip
+        g = _dot(qg, qg1, sg, zg, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
+        u = _dot(qu, qu1, su, zu, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         g = g.to(dtype).to(tl.float32)
         u = u.to(dtype).to(tl.float32)
         silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
@@ -317,7 +341,7 @@ def quant_norm_head_kernel(
     key_ptr,  # [M] int64: atomic max of argmax_key over this launch's rows (ARGMAX only)
     logits_ptr,  # [M, V] float32 out (WRITE_LOGITS only)
     M, V, stride_x, stride_q, stride_s, stride_z, stride_logits, eps,
-    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP8: tl.constexpr,
+    K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
     HAS_PERM: tl.constexpr, WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
@@ -333,9 +357,9 @@ def quant_norm_head_kernel(
     dtype = x_ptr.dtype.element_ty
     for m in range(M):
         xr = x_ptr + m * stride_x
-        rstd = _rstd(xr, eps, K, BLOCK_K, True)
-        logit = _dot(q, q1, s, z, idx, valid, xr, norm_ptr, p_ptr, rstd,
-                     K, GS, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, True, DEQ)  # fmt: skip
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, True, DEQ)  # fmt: skip
+        logit = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         logit = logit.to(dtype).to(tl.float32)
         head_store(logit, pid * BLOCK_N, rows, V, logits_ptr + m * stride_logits, key_ptr + m,
                    WRITE_LOGITS, ARGMAX)  # fmt: skip

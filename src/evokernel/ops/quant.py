@@ -60,7 +60,7 @@ DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
 OPS = ("norm_linear", "linear_residual", "gate_up", "head")
 CHOICES: dict[tuple[str, str], tuple[str, int]] = {
     ("fp8", "norm_linear"): ("early", 0),
-    ("fp8", "linear_residual"): ("convert", 8),
+    ("fp8", "linear_residual"): ("early", 0),
     ("fp8", "gate_up"): ("early", 0),
     ("fp8", "head"): ("convert", 4),
     ("int8", "norm_linear"): ("early", 0),
@@ -206,7 +206,7 @@ def _gemv(
     quant_norm_gemv_kernel[(cdiv(N, bn),)](
         x, norm_weight if norm_weight is not None else x, *lay.tensors,
         bias if bias is not None else x, y, M, N, x.stride(0), *lay.strides[:3], y.stride(0),
-        eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K), NORM=norm, HAS_BIAS=bias is not None,
+        eps, K=K, BLOCK_N=bn, NORM=norm, HAS_BIAS=bias is not None,
         PDL=tuning.pdl, num_warps=_warps(bn, lay, tuning), launch_pdl=tuning.pdl, **lay.meta,
     )  # fmt: skip
     return y
@@ -265,7 +265,7 @@ def norm_gate_up_silu(
     bn = block_n(inter, lay, x.device, tuning, tiles=2)
     quant_norm_gate_up_kernel[(cdiv(inter, bn),)](
         x, norm_weight, *lay.tensors, act, M, inter, x.stride(0), *lay.strides, act.stride(0),
-        eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K), PDL=tuning.pdl,
+        eps, K=K, BLOCK_N=bn, PDL=tuning.pdl,
         num_warps=_warps(bn, lay, tuning, tiles=2), launch_pdl=tuning.pdl, **lay.meta,
     )  # fmt: skip
     return act
@@ -288,7 +288,7 @@ def _head(
     out = logits if logits is not None else x  # an unused pointer argument
     quant_norm_head_kernel[(cdiv(V, bn),)](
         x, norm_weight, *lay.tensors, keys if keys is not None else out, out, M, V,
-        x.stride(0), *lay.strides, out.stride(0), eps, K=K, BLOCK_N=bn, BLOCK_K=next_pow2(K),
+        x.stride(0), *lay.strides, out.stride(0), eps, K=K, BLOCK_N=bn,
         WRITE_LOGITS=logits is not None, ARGMAX=keys is not None, PDL=tuning.pdl,
         num_warps=_warps(bn, lay, tuning), launch_pdl=tuning.pdl, **lay.meta,
     )  # fmt: skip
