@@ -179,3 +179,15 @@ def test_every_dequantisation_gives_the_same_products(kind, device, monkeypatch)
         want = ref_norm_linear(x, norm_w, w)
         for mode, got in out.items():
             assert_close(got, want, f"{mode} vs reference")
+
+
+def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
+    g = torch.Generator().manual_seed(1)
+    small, large = int_weight(64, 1024, 4, 128, g), int_weight(64, 4096, 4, 128, g)
+    assert quant.choice(small, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][0]
+    assert quant.choice(large, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][1]
+    assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][1][1]
+    monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
+    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][1][1])
+    with pytest.raises(AssertionError):
+        quant.choice(small, "attention")

@@ -26,7 +26,7 @@ follow the values), with BLOCK_N lowered until there are at least as many progra
 as the dense launchers do (`block_n`); the head's tile is at least `HEAD_TILE_BYTES`, and an
 "early" dequantisation (below) counts 4 bytes a value. Warps: `tuning.gemv_warps`, else 8 for
 tiles of >= 16K values and 4 below. How each op turns packed values into floats:
-`dequant_mode` and `Layout.warps` (`CHOICES`, per format and op). Everything depends on shapes and
+`choice` (`CHOICES`, per format, op and K). Everything depends on shapes and
 host-side values only: no host sync, graph-capturable.
 """
 
@@ -51,26 +51,31 @@ LINEAR_KERNEL_ROWS = 16
 #                 for 4 bytes a value: half the values a program);
 #   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
 #                 activations load contiguously (else, or with act-order, "convert").
-# The same products every way. `CHOICES` holds the mode and warps (0: the tile rule) per
-# format and op, each the fastest of `bench/quant_kernels.py` runs at Qwen3-0.6B's shapes on
-# an H100 and an H200 (docs/perf-log.md, "Quantized decode, second kernels"); `DEQUANT`,
-# when set, forces one mode for every launch in the process (the bench's variants), and
-# `DecodeTuning.gemv_warps`, when set, the warps.
+# The same products every way. `CHOICES` holds, per format and op, the (mode, warps) for
+# K <= SMALL_K and for larger K (warps 0: by the tile's values), each the fastest in
+# `bench/quant_kernels.py` runs on an H100 at Qwen3-0.6B's shapes (K 1,024-3,072) and at
+# Qwen3-8B's (K 4,096-12,288), checked on an H200 at 0.6B (docs/perf-log.md, "Quantized
+# decode, second kernels"). The best choice moves with the shape (an "early" FP8 qkv is 18%
+# faster at K 1,024 and 18% slower at 4,096; per-value 4-bit passes are 17x slower at 8B):
+# a table measured at two shapes, not a search. `DEQUANT`, when set, forces one mode for
+# every launch in the process (the bench's variants); `DecodeTuning.gemv_warps` the warps.
 DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
 OPS = ("norm_linear", "linear_residual", "gate_up", "head")
-CHOICES: dict[tuple[str, str], tuple[str, int]] = {
-    ("fp8", "norm_linear"): ("early", 0),
-    ("fp8", "linear_residual"): ("early", 0),
-    ("fp8", "gate_up"): ("early", 0),
-    ("fp8", "head"): ("convert", 4),
-    ("int8", "norm_linear"): ("early", 0),
-    ("int8", "linear_residual"): ("convert", 8),
-    ("int8", "gate_up"): ("convert", 0),
-    ("int8", "head"): ("convert", 4),
-    ("int4", "norm_linear"): ("magic", 0),
-    ("int4", "linear_residual"): ("interleave", 4),
-    ("int4", "gate_up"): ("interleave", 0),
-    ("int4", "head"): ("interleave", 4),
+SMALL_K = 2048
+Choice = tuple[str, int]
+CHOICES: dict[tuple[str, str], tuple[Choice, Choice]] = {
+    ("fp8", "norm_linear"): (("early", 0), ("convert", 0)),
+    ("fp8", "linear_residual"): (("convert", 8), ("convert", 8)),
+    ("fp8", "gate_up"): (("early", 0), ("convert", 0)),
+    ("fp8", "head"): (("convert", 4), ("convert", 4)),
+    ("int8", "norm_linear"): (("early", 0), ("magic", 0)),
+    ("int8", "linear_residual"): (("magic", 0), ("magic", 0)),
+    ("int8", "gate_up"): (("convert", 0), ("convert", 4)),
+    ("int8", "head"): (("convert", 4), ("convert", 4)),
+    ("int4", "norm_linear"): (("magic", 0), ("interleave", 4)),
+    ("int4", "linear_residual"): (("interleave", 4), ("interleave", 4)),
+    ("int4", "gate_up"): (("interleave", 0), ("interleave", 4)),
+    ("int4", "head"): (("interleave", 4), ("interleave", 4)),
 }
 DEQUANT: str | None = None
 # The head's programs take this many tile bytes at the least (its 150K rows make plenty of
@@ -90,19 +95,21 @@ class Layout:
     warps: int = 0  # the op's warps for this format (0: by the tile's values)
 
 
-def dequant_mode(w: PackedWeight, op: str) -> str:
-    """The DEQ mode `op` (one of OPS) runs `w` with: `DEQUANT` if set, else the default."""
+def choice(w: PackedWeight, op: str) -> Choice:
+    """(mode, warps) `op` (one of OPS) runs `w` with: `CHOICES` for its format and K, the
+    mode forced by `DEQUANT` if set."""
     assert op in OPS, op
-    return DEQUANT or CHOICES.get((w.format, op), ("convert", 0))[0]
+    small, large = CHOICES.get((w.format, op), (("convert", 0), ("convert", 0)))
+    mode, warps = small if w.shape[1] <= SMALL_K else large
+    return DEQUANT or mode, warps
 
 
 def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
-    permutation, and the constexprs (DEQ from `dequant_mode`)."""
+    permutation, and the constexprs (DEQ and the warps from `choice`)."""
     _N, K = w.shape
-    mode = dequant_mode(w, op)
-    warps = CHOICES.get((w.format, op), ("convert", 0))[1]
+    mode, warps = choice(w, op)
     deq = DEQ_CODES[mode]
     magic = mode == "magic"
     if isinstance(w, Fp8Weight):
