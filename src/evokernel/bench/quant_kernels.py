@@ -17,7 +17,8 @@ over the bf16 kernel of the same projection in the same run.
 
 Formats: bf16 (the dense kernels, ops/decode.py), fp8 (128x128 blocks, float32 scales),
 int8 / int4 (GPTQ-style group 128, float16 scales, symmetric), int8-g-1 / int4-g-1 (one
-scale per row), int4-asym (group 128 with uint8 zero points: AWQ and asymmetric GPTQ). The
+scale per row), int4-asym (group 128 with uint8 zero points: AWQ and asymmetric GPTQ),
+int4-act (group 128, act-order: the activations gathered through a permutation). The
 weights are random (values do not change the time of these kernels). Prints a table per
 shape and writes JSON (--out). Needs CUDA.
 """
@@ -42,7 +43,7 @@ SHAPES: dict[str, tuple[int, int, int, int, int]] = {
     "qwen3-8b": (4096, 4096, 1024, 12288, 151936),
 }
 PROJECTIONS = ("qkv", "o_proj", "gate_up", "down", "head")
-FORMATS = ("bf16", "fp8", "int8", "int8-g-1", "int4", "int4-g-1", "int4-asym")
+FORMATS = ("bf16", "fp8", "int8", "int8-g-1", "int4", "int4-g-1", "int4-asym", "int4-act")
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "tile16k": {"tile_bytes": 16 * 1024},
@@ -93,7 +94,10 @@ def make_weight(fmt: str, N: int, K: int, dev: str = "cuda") -> Any:
     zeros = None
     if fmt.endswith("asym"):
         zeros = torch.randint(0, 1 << bits, (N, G), device=dev, dtype=torch.uint8)
-    return INT_CLASSES[bits](words, scales, zeros, None, K, gs, 0)
+    perm = None
+    if fmt.endswith("act"):  # act-order: the activations gathered through a permutation
+        perm = torch.randperm(K, device=dev).to(torch.int32)
+    return INT_CLASSES[bits](words, scales, zeros, perm, K, gs, 0)
 
 
 def weight_bytes(w: Any) -> int:

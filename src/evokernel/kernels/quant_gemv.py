@@ -3,32 +3,43 @@ bf16 kernels of kernels/gemv.py are, with the same rounding.
 
 A decode step reads every weight once, so the packed bytes are the floor: program p owns
 BLOCK_N output rows and the whole K, and loads its rows' packed bytes (and their scales and
-zero points) in one go, as a byte tile indexed [group, row, byte] so that each group's scale
-is a [NG, BLOCK_N] tile applied once per group, *before* the PDL wait (the weights stream in
-while the previous kernel finishes). Only then does it read the activations. Weights are
-loaded with `evict_first`: read once per step, they must not push the activations out of L2.
+zero points) in one go, as a byte tile indexed [group, row, byte] (groups outermost: Triton
+then gives each thread several rows of the same bytes, so each activation it prepares serves
+those rows) with each group's scale a [NG, BLOCK_N] tile applied once per group, *before* the
+PDL wait (the weights stream in while the previous kernel finishes). Only then does it read
+the activations: once per row, at the tile's columns, the RMS of a normed op taken over that
+same load (`_x_tiles`), shared by every weight tile of the program. Weights are loaded with
+`evict_first`: read once per step, they must not push the activations out of L2.
 
 Weight layouts (model/quant/packed.py), read as bytes: row r is BYTES bytes, group g its bytes
 g*GBR .. g*GBR+GBR-1 (GBR = GS * BITS / 8 real bytes per group of GS columns; NG groups and
 GB bytes padded to powers of two, masked):
   FP8   q  float8e4nv, or uint8 with MAGIC: byte b is column b
-        s  float32 [BLOCK_N, NG], row r's scale row r // SCALE_ROWS
-        y[r] = sum_g s[r, g] * sum_b float(q[r, b]) * x[b]
+        s  float32 [NG, BLOCK_N], row r's scale row r // SCALE_ROWS
+        y[r] = sum_g s[g, r] * sum_b float(q[r, b]) * x[b]
   INT   q  uint8 (the int32 words' little-endian bytes): byte b holds columns b*VB + h,
         h < VB = 8 / BITS, at bits [h*BITS, (h+1)*BITS) (the word order of packed.py)
-        s  [BLOCK_N, NG] (any float), z uint8 [BLOCK_N, NG] (HAS_Z) + ZOFF, else 2**(BITS-1)
-        y[r] = sum_g s[r, g] * sum_{b,h} (q[r, b, h] - z[r, g]) * x[k]
-        with k = perm[b*VB + h] when HAS_PERM (act-order), else b*VB + h: one pass per value
-        position h of a byte (1 for int8, 2 for int4), each with x at its columns.
+        s  [NG, BLOCK_N] (any float), z uint8 [NG, BLOCK_N] (HAS_Z) + ZOFF, else 2**(BITS-1)
+        y[r] = sum_g s[g, r] * sum_{b,h} (q[r, b, h] - z[g, r]) * x[k]
+        with k = perm[b*VB + h] when HAS_PERM (act-order), else b*VB + h.
 
-MAGIC picks how a packed value becomes a float32 without a conversion instruction (int-to-
-float runs at 1/8 of the FMA rate on sm_90, and a GEMV does one per weight):
-  INT   the value v is OR-ed into the mantissa of 2**23 (bits 0x4B000000 | v = 2**23 + v,
-        exact) and the zero point moves by the same 2**23, so (q - z) is one exact subtract;
-  FP8   the e4m3 bits are placed in float32's sign, exponent and mantissa fields (value
-        2**-120 times the e4m3 value, subnormals included, exact); the activations and the
-        scales are each multiplied by 2**60 so that every product stays a normal float32.
-Without MAGIC the conversions are Triton's casts. Both give the same float32 values.
+DEQ picks how and when a packed value becomes a float32 (ops/quant.py chooses per format, op
+and K; every way gives the same float32 values and products):
+  CONVERT     Triton's casts after the PDL wait (I2FP on sm_90 once the value sits in a 32-bit
+              register; FP8 pairs through float16); INT folds the zero point in once per group
+              as s * (sum q x - z * sum x). One pass per value position h of a byte.
+  MAGIC_BITS  no conversion instruction. INT: the value v is OR-ed into the mantissa of 2**23
+              (bits 0x4B000000 | v = 2**23 + v, exact) and the zero point moves by the same
+              2**23, so (q - z) is one exact subtract. FP8: the e4m3 bits are placed in
+              float32's sign, exponent and mantissa fields (2**-120 times the e4m3 value,
+              subnormals included, exact); the activations and the scales are each multiplied
+              by 2**60 so that every product stays a normal float32.
+  EARLY       the casts, zero points and scales before the PDL wait: the tile is the float32
+              weights (q - z) * s (`dequantize(float32)`'s values), and what follows the wait
+              is the bf16 kernels' products.
+  INTERLEAVE  (4 bits) a byte's two values interleaved into column order (`tl.interleave`),
+              so that x loads contiguously (or through the permutation in column order); a
+              strided gather per value position costs 3-17x at these shapes.
 
 Every product is float32 on the CUDA cores: float(q) - z and the scale are exact in float32,
 so the result is the float32 product with `dequantize(float32)` up to summation order.
@@ -149,11 +160,13 @@ def _x_tiles(
     row's, each once): one round trip. Computed once per activation row, for every weight
     tile a program holds."""
     VB: tl.constexpr = 1 if FP8 else 8 // BITS  # values per byte
-    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2 and not HAS_PERM
+    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2
     if PAIRS:
         c2 = tl.arange(0, 2 * b.shape[1])[None, :]
         k0 = tl.arange(0, b.shape[0])[:, None] * GS + c2
         m0 = (c2 < GS) & (k0 < K)
+        if HAS_PERM:
+            k0 = tl.load(p_ptr + k0, mask=m0, other=0)
     else:
         k0, m0 = _columns(b, valid, p_ptr, 0, VB, K, HAS_PERM)
     TWO: tl.constexpr = VB == 2 and not PAIRS
@@ -186,7 +199,7 @@ def _dot(
     sf = s.to(tl.float32)
     MAGIC: tl.constexpr = DEQ == MAGIC_BITS
     VB: tl.constexpr = 1 if FP8 else 8 // BITS  # values per byte
-    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2 and not HAS_PERM
+    PAIRS: tl.constexpr = DEQ == INTERLEAVE and VB == 2
     if DEQ == EARLY:  # the weights are float32 already: the bf16 kernels' products
         part = tl.sum(q * x0[:, None, :], axis=2)  # [NG, BLOCK_N]
         if VB == 2:

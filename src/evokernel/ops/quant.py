@@ -50,7 +50,8 @@ LINEAR_KERNEL_ROWS = 16
 #   "early"       the casts and the scales before the wait, into a float32 tile (registers
 #                 for 4 bytes a value: half the values a program);
 #   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
-#                 activations load contiguously (else, or with act-order, "convert").
+#                 activations load contiguously, or through act-order's permutation in
+#                 column order (8 bits: "convert").
 # The same products every way. `CHOICES` holds, per format and op, the (mode, warps) for
 # K <= SMALL_K and for larger K (warps 0: by the tile's values), each the fastest in
 # `bench/quant_kernels.py` runs on an H100 at Qwen3-0.6B's shapes (K 1,024-3,072) and at
