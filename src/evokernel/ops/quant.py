@@ -86,14 +86,22 @@ HEAD_TILE_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Layout:
-    """A packed weight as the kernels take it: four pointers, three strides, constexprs."""
+    """A packed weight as the kernels take it: three pointers, three strides, constexprs,
+    and the act-order permutation the launcher gathers the activations through."""
 
-    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # q, s, z, perm
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q, s, z
     strides: tuple[int, int, int]
     meta: dict[str, Any]
     row_bytes: int  # packed bytes one row loads (padding included)
     values_per_row: int  # values one row unpacks (padding included)
     warps: int = 0  # the op's warps for this format (0: by the tile's values)
+    perm: torch.Tensor | None = None  # int32 [K]: stored column c is input column perm[c]
+
+    def stored(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """`t` (the activations [M, K], dim 1, or a norm weight [K], dim 0) in the weight's
+        stored column order: one gather launch for act-order weights (the kernels never
+        gather), else `t` itself."""
+        return t if self.perm is None else t.index_select(dim, self.perm)
 
 
 def choice(w: PackedWeight, op: str) -> Choice:
@@ -108,7 +116,7 @@ def choice(w: PackedWeight, op: str) -> Choice:
 def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
-    permutation, and the constexprs (DEQ and the warps from `choice`)."""
+    the constexprs (DEQ and the warps from `choice`) and the act-order permutation."""
     _N, K = w.shape
     mode, warps = choice(w, op)
     deq = DEQ_CODES[mode]
@@ -121,24 +129,22 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
         if magic:
             q = q.view(torch.uint8)
         meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GB=gb, SCALE_ROWS=w.block_n, HAS_Z=False,
-                    ZOFF=0, HAS_PERM=False, DEQ=deq)  # fmt: skip
+                    ZOFF=0, DEQ=deq)  # fmt: skip
         return Layout(
-            (q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
+            (q, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
         )
     assert isinstance(w, IntWeight), type(w)
     gs = w.group_size
     ng, gb = next_pow2(w.groups), next_pow2(gs * w.bits // 8)
     s = w.scales
     z = w.zeros if w.zeros is not None else s
-    p = w.perm if w.perm is not None else s
     assert _rows_contiguous(w.qweight) and _rows_contiguous(s) and _rows_contiguous(z)
     q = w.qweight.view(torch.uint8)  # [N, 4 * words]: the words' bytes, little-endian
     meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GB=gb, SCALE_ROWS=1,
-                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
-                HAS_PERM=w.perm is not None, DEQ=deq)  # fmt: skip
+                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset, DEQ=deq)  # fmt: skip
     row_bytes = ng * gb + ng * (s.element_size() + (1 if w.zeros is not None else 0))
-    return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
-                  ng * gb * (8 // w.bits), warps)  # fmt: skip
+    return Layout((q, s, z), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
+                  ng * gb * (8 // w.bits), warps, w.perm)  # fmt: skip
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -210,6 +216,9 @@ def _gemv(
     if bias is not None:
         assert bias.shape == (N,) and bias.dtype == x.dtype and bias.stride(0) == 1
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    x = lay.stored(x, 1)
+    if norm_weight is not None:
+        norm_weight = lay.stored(norm_weight, 0)
     bn = block_n(N, lay, x.device, tuning)
     quant_norm_gemv_kernel[(cdiv(N, bn),)](
         x, norm_weight if norm_weight is not None else x, *lay.tensors,
@@ -245,6 +254,7 @@ def linear_residual(
     M = _check_rows(x, K)
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
     lay = _check(weight, x, "linear_residual")
+    x = lay.stored(x, 1)
     bn = block_n(N, lay, x.device, tuning)
     quant_gemv_add_kernel[(cdiv(N, bn),)](
         x, *lay.tensors, residual, M, N, x.stride(0), *lay.strides, residual.stride(0),
@@ -270,6 +280,7 @@ def norm_gate_up_silu(
     lay = _check(gate_up, x, "gate_up")
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
+    x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
     bn = block_n(inter, lay, x.device, tuning, tiles=2)
     quant_norm_gate_up_kernel[(cdiv(inter, bn),)](
         x, norm_weight, *lay.tensors, act, M, inter, x.stride(0), *lay.strides, act.stride(0),
@@ -294,6 +305,7 @@ def _head(
     tuning = tuning._replace(tile_bytes=max(tuning.tile_bytes, HEAD_TILE_BYTES))
     bn = block_n(V, lay, x.device, tuning)
     out = logits if logits is not None else x  # an unused pointer argument
+    x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
     quant_norm_head_kernel[(cdiv(V, bn),)](
         x, norm_weight, *lay.tensors, keys if keys is not None else out, out, M, V,
         x.stride(0), *lay.strides, out.stride(0), eps, K=K, BLOCK_N=bn,
