@@ -58,10 +58,12 @@ def build(fn: Any, args: dict[str, str], consts: dict[str, Any], warps: int) -> 
     return m.group(0)
 
 
-def one(shape: str, fmt: str, proj: str, bias: bool = False) -> str:
+def one(shape: str, fmt: str, proj: str, perm: bool = False, bias: bool = False) -> str:
     N, K = qk.projection_shape(shape, proj)
     tiles = 2 if proj == "gate_up" else 1
     w = qk.make_weight(fmt, min(N, 4096), K, dev="cpu")  # the layout; N sets the launch
+    if perm:
+        w.perm = torch.randperm(K).to(torch.int32)
     op = {"qkv": "norm_linear", "gate_up": "gate_up", "head": "head"}.get(proj, "linear_residual")
     lay = quant.layout(w, op)
     tuning = DEFAULT
@@ -69,7 +71,7 @@ def one(shape: str, fmt: str, proj: str, bias: bool = False) -> str:
         tuning = DEFAULT._replace(tile_bytes=max(DEFAULT.tile_bytes, quant.HEAD_TILE_BYTES))
     bn = quant.block_n(N // tiles, lay, torch.device("cpu"), tuning, tiles)
     warps = quant._warps(bn, lay, tuning, tiles)
-    ptrs = dict(zip(("q_ptr", "s_ptr", "z_ptr"), (POINTER[t.dtype] for t in lay.tensors)))
+    ptrs = dict(zip(("q_ptr", "s_ptr", "z_ptr", "p_ptr"), (POINTER[t.dtype] for t in lay.tensors)))
     consts = dict(K=K, BLOCK_N=bn, PDL=True, **lay.meta)
     norm = {"x_ptr": "*bf16", "norm_ptr": "*bf16", **ptrs}
     if proj == "qkv":
@@ -90,7 +92,7 @@ def one(shape: str, fmt: str, proj: str, bias: bool = False) -> str:
                 **STRIDES, "stride_logits": "i32", "eps": "fp32"}  # fmt: skip
         consts |= {"WRITE_LOGITS": False, "ARGMAX": True}
         usage = build(kernels.quant_norm_head_kernel, args, consts, warps)
-    extra = " bias" if bias else ""
+    extra = (" act-order" if perm else "") + (" bias" if bias else "")
     return f"{shape} {fmt:9s} {proj:8s}{extra} BLOCK_N={bn} warps={warps} {usage}"
 
 
@@ -98,7 +100,7 @@ def main() -> int:
     shape = sys.argv[1] if len(sys.argv) > 1 else "qwen3-0.6b"
     quant.sm_count = lambda device: 132  # an H100's SMs, as the launcher would see them
     lines = [one(shape, f, p) for f in ("fp8", "int8", "int4", "int4-asym") for p in qk.PROJECTIONS]
-    lines += [one(shape, "int4-asym", "qkv", bias=True)]
+    lines += [one(shape, "int4-asym", "qkv", perm=True, bias=True)]
     print("\n".join(lines))
     spilled = [line for line in lines if not line.endswith("LOCAL:0")]
     return 1 if spilled else 0

@@ -191,3 +191,22 @@ def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][1][1])
     with pytest.raises(AssertionError):
         quant.choice(small, "attention")
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_act_order_beyond_small_k_gathers_in_the_launcher(bits, device) -> None:
+    """Past SMALL_K columns an act-order weight's activations (and norm weight) are gathered
+    into stored order by the launcher, and the kernel reads them contiguously."""
+    K = quant.SMALL_K + 256
+    g = torch.Generator().manual_seed(bits)
+    w = int_weight(48, K, bits, 128, g, zeros=True, perm=True, device=device)
+    lay = quant.layout(w, "linear_residual")
+    assert lay.gather is not None and not lay.meta["HAS_PERM"]
+    x = _randn(2, K, g=g, dtype=torch.float32, device=device, scale=2.0)
+    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device)
+    assert_close(quant.norm_linear(x, norm_w, w, EPS), ref_norm_linear(x, norm_w, w), "qkv")
+    res = _randn(2, 48, g=g, dtype=torch.float32, device=device)
+    want = ref_linear_residual(x, w, res.clone())
+    assert_close(quant.linear_residual(x, w, res), want, "residual")
+    assert_close(quant.norm_gate_up_silu(x, norm_w, w, EPS), ref_gate_up(x, norm_w, w), "act")
+    assert_close(quant.norm_logits(x, norm_w, w, EPS), ref_logits(x, norm_w, w), "logits")

@@ -20,10 +20,9 @@ GB bytes padded to powers of two, masked):
   INT   q  uint8 (the int32 words' little-endian bytes): byte b holds columns b*VB + h,
         h < VB = 8 / BITS, at bits [h*BITS, (h+1)*BITS) (the word order of packed.py)
         s  [NG, BLOCK_N] (any float), z uint8 [NG, BLOCK_N] (HAS_Z) + ZOFF, else 2**(BITS-1)
-        y[r] = sum_g s[g, r] * sum_{b,h} (q[r, b, h] - z[g, r]) * x[b*VB + h]
-  Act-order checkpoints (stored column c is input column perm[c]) reach these kernels with x
-  (and the norm weight) already gathered into stored order by the launcher: a kernel never
-  gathers (a per-element gather ran 2-5x slower than one gather launch).
+        y[r] = sum_g s[g, r] * sum_{b,h} (q[r, b, h] - z[g, r]) * x[k]
+        with k = perm[b*VB + h] when HAS_PERM (act-order, at K <= ops/quant.py SMALL_K; beyond,
+        the launcher gathers x into stored order first), else b*VB + h.
 
 DEQ picks how and when a packed value becomes a float32 (ops/quant.py chooses per format, op
 and K; every way gives the same float32 values and products):
@@ -40,8 +39,8 @@ and K; every way gives the same float32 values and products):
               weights (q - z) * s (`dequantize(float32)`'s values), and what follows the wait
               is the bf16 kernels' products.
   INTERLEAVE  (4 bits) a byte's two values interleaved into column order (`tl.interleave`),
-              so that x loads contiguously; a strided gather per value position costs 3-17x
-              at these shapes.
+              so that x loads contiguously (or through the permutation in column order); a
+              strided gather per value position costs 3-17x at these shapes.
 
 Every product is float32 on the CUDA cores: float(q) - z and the scale are exact in float32,
 so the result is the float32 product with `dequantize(float32)` up to summation order.
@@ -130,10 +129,14 @@ def _zero_points(s, z, BITS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constex
 
 
 @triton.jit
-def _columns(b, valid, h: tl.constexpr, VB: tl.constexpr, K: tl.constexpr):
-    """The column of value h of each tile byte b [NG, GB], and its mask."""
+def _columns(b, valid, p_ptr, h: tl.constexpr, VB: tl.constexpr, K: tl.constexpr,
+             HAS_PERM: tl.constexpr):  # fmt: skip
+    """The input column of value h of each tile byte b [NG, GB], and its mask."""
     k = b * VB + h
-    return k, valid & (k < K)
+    m = valid & (k < K)
+    if HAS_PERM:
+        k = tl.load(p_ptr + k, mask=m, other=0)
+    return k, m
 
 
 @triton.jit
@@ -147,9 +150,9 @@ def _normed(x, x_ptr, norm_ptr, k, m, rstd):
 
 @triton.jit
 def _x_tiles(
-    x_ptr, norm_ptr, b, valid, eps,
+    x_ptr, norm_ptr, p_ptr, b, valid, eps,
     K: tl.constexpr, GS: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr,
-    NORM: tl.constexpr, DEQ: tl.constexpr,
+    HAS_PERM: tl.constexpr, NORM: tl.constexpr, DEQ: tl.constexpr,
 ):  # fmt: skip
     """(x0, x1): the activation row at `_weight_tile`'s columns (b, valid), float32: x0 at
     each byte's first value [NG, GB] (4 bits interleaved: at both values in column order
@@ -163,13 +166,15 @@ def _x_tiles(
         c2 = tl.arange(0, 2 * b.shape[1])[None, :]
         k0 = tl.arange(0, b.shape[0])[:, None] * GS + c2
         m0 = (c2 < GS) & (k0 < K)
+        if HAS_PERM:
+            k0 = tl.load(p_ptr + k0, mask=m0, other=0)
     else:
-        k0, m0 = _columns(b, valid, 0, VB, K)
+        k0, m0 = _columns(b, valid, p_ptr, 0, VB, K, HAS_PERM)
     TWO: tl.constexpr = VB == 2 and not PAIRS
     x0 = tl.load(x_ptr + k0, mask=m0, other=0.0).to(tl.float32)
     x1 = x0
     if TWO:
-        k1, m1 = _columns(b, valid, 1, VB, K)
+        k1, m1 = _columns(b, valid, p_ptr, 1, VB, K, HAS_PERM)
         x1 = tl.load(x_ptr + k1, mask=m1, other=0.0).to(tl.float32)
     if NORM:
         ss = tl.sum(tl.sum(x0 * x0, axis=1), axis=0)
@@ -188,7 +193,7 @@ def _x_tiles(
 def _dot(
     q, q1, s, z, x0, x1,
     FP8: tl.constexpr, BITS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
-    DEQ: tl.constexpr,
+    HAS_PERM: tl.constexpr, DEQ: tl.constexpr,
 ):  # fmt: skip
     """sum_k W[r, k] x[k] for each row r of the tile (`_weight_tile`'s q, q1, s, z) with the
     activations of `_x_tiles` (x0, x1): [BLOCK_N] float32."""
@@ -248,14 +253,14 @@ def _dot(
 def quant_norm_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] RMSNorm weight (NORM only)
-    q_ptr, s_ptr, z_ptr,  # the packed weight [N, K] (see the module docstring)
+    q_ptr, s_ptr, z_ptr, p_ptr,  # the packed weight [N, K] (see the module docstring)
     bias_ptr,  # [N] (HAS_BIAS only)
     y_ptr,  # [M, N]
     M, N, stride_x, stride_q, stride_s, stride_z, stride_y, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
-    NORM: tl.constexpr, HAS_BIAS: tl.constexpr, DEQ: tl.constexpr,
+    HAS_PERM: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, DEQ: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -268,9 +273,9 @@ def quant_norm_gemv_kernel(
     pdl_enter(PDL)
     for m in range(M):
         xr = x_ptr + m * stride_x
-        x0, x1 = _x_tiles(xr, norm_ptr, idx, valid, eps,
-                          K, GS, FP8, BITS, NORM, DEQ)  # fmt: skip
-        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, DEQ)
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, NORM, DEQ)  # fmt: skip
+        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         if HAS_BIAS:
             y += bias
         tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -279,12 +284,12 @@ def quant_norm_gemv_kernel(
 @triton.jit
 def quant_gemv_add_kernel(
     x_ptr,  # [M, K]
-    q_ptr, s_ptr, z_ptr,  # the packed weight [N, K]
+    q_ptr, s_ptr, z_ptr, p_ptr,  # the packed weight [N, K]
     res_ptr,  # [M, N] the residual stream, updated in place: res += round(W @ x)
     M, N, stride_x, stride_q, stride_s, stride_z, stride_res,
     K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr, BITS: tl.constexpr,
     GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr, SCALE_ROWS: tl.constexpr,
-    HAS_Z: tl.constexpr, ZOFF: tl.constexpr, DEQ: tl.constexpr,
+    HAS_Z: tl.constexpr, ZOFF: tl.constexpr, HAS_PERM: tl.constexpr, DEQ: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -298,9 +303,9 @@ def quant_gemv_add_kernel(
         # The residual is loaded with x, before the reduction: both L2 round trips overlap.
         res_rows = res_ptr + m * stride_res + rows
         r = tl.load(res_rows, mask=rows < N, other=0.0).to(tl.float32)
-        x0, x1 = _x_tiles(x_ptr + m * stride_x, x_ptr, idx, valid, 0.0,
-                          K, GS, FP8, BITS, False, DEQ)  # fmt: skip
-        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, DEQ)
+        x0, x1 = _x_tiles(x_ptr + m * stride_x, x_ptr, p_ptr, idx, valid, 0.0,
+                          K, GS, FP8, BITS, HAS_PERM, False, DEQ)  # fmt: skip
+        y = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         tl.store(res_rows, (r + y.to(dtype).to(tl.float32)).to(dtype), mask=rows < N)
 
 
@@ -308,13 +313,13 @@ def quant_gemv_add_kernel(
 def quant_norm_gate_up_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K]
-    q_ptr, s_ptr, z_ptr,  # the packed weight [2I, K]: gate rows 0..I-1, up I..2I-1
+    q_ptr, s_ptr, z_ptr, p_ptr,  # the packed weight [2I, K]: gate rows 0..I-1, up I..2I-1
     act_ptr,  # [M, I] out: silu(gate) * up
     M, I, stride_x, stride_q, stride_s, stride_z, stride_act, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
-    DEQ: tl.constexpr, PDL: tl.constexpr,
+    HAS_PERM: tl.constexpr, DEQ: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < I
@@ -332,10 +337,10 @@ def quant_norm_gate_up_kernel(
     dtype = act_ptr.dtype.element_ty
     for m in range(M):
         xr = x_ptr + m * stride_x
-        x0, x1 = _x_tiles(xr, norm_ptr, idx, valid, eps,
-                          K, GS, FP8, BITS, True, DEQ)  # fmt: skip
-        g = _dot(qg, qg1, sg, zg, x0, x1, FP8, BITS, HAS_Z, ZOFF, DEQ)
-        u = _dot(qu, qu1, su, zu, x0, x1, FP8, BITS, HAS_Z, ZOFF, DEQ)
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, True, DEQ)  # fmt: skip
+        g = _dot(qg, qg1, sg, zg, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
+        u = _dot(qu, qu1, su, zu, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         g = g.to(dtype).to(tl.float32)
         u = u.to(dtype).to(tl.float32)
         silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
@@ -346,14 +351,14 @@ def quant_norm_gate_up_kernel(
 def quant_norm_head_kernel(
     x_ptr,  # [M, K] the residual stream after the last layer
     norm_ptr,  # [K] final norm weight
-    q_ptr, s_ptr, z_ptr,  # the packed lm_head [V, K]
+    q_ptr, s_ptr, z_ptr, p_ptr,  # the packed lm_head [V, K]
     key_ptr,  # [M] int64: atomic max of argmax_key over this launch's rows (ARGMAX only)
     logits_ptr,  # [M, V] float32 out (WRITE_LOGITS only)
     M, V, stride_x, stride_q, stride_s, stride_z, stride_logits, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
     BITS: tl.constexpr, GS: tl.constexpr, NG: tl.constexpr, GB: tl.constexpr,
     SCALE_ROWS: tl.constexpr, HAS_Z: tl.constexpr, ZOFF: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
+    HAS_PERM: tl.constexpr, WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
     DEQ: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -366,9 +371,9 @@ def quant_norm_head_kernel(
     dtype = x_ptr.dtype.element_ty
     for m in range(M):
         xr = x_ptr + m * stride_x
-        x0, x1 = _x_tiles(xr, norm_ptr, idx, valid, eps,
-                          K, GS, FP8, BITS, True, DEQ)  # fmt: skip
-        logit = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, DEQ)
+        x0, x1 = _x_tiles(xr, norm_ptr, p_ptr, idx, valid, eps,
+                          K, GS, FP8, BITS, HAS_PERM, True, DEQ)  # fmt: skip
+        logit = _dot(q, q1, s, z, x0, x1, FP8, BITS, HAS_Z, ZOFF, HAS_PERM, DEQ)
         logit = logit.to(dtype).to(tl.float32)
         head_store(logit, pid * BLOCK_N, rows, V, logits_ptr + m * stride_logits, key_ptr + m,
                    WRITE_LOGITS, ARGMAX)  # fmt: skip

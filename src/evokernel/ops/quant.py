@@ -86,22 +86,21 @@ HEAD_TILE_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Layout:
-    """A packed weight as the kernels take it: three pointers, three strides, constexprs,
-    and the act-order permutation the launcher gathers the activations through."""
+    """A packed weight as the kernels take it: four pointers, three strides, constexprs,
+    and the act-order permutation the launcher gathers the activations through (`gather`)."""
 
-    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q, s, z
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # q, s, z, perm
     strides: tuple[int, int, int]
     meta: dict[str, Any]
     row_bytes: int  # packed bytes one row loads (padding included)
     values_per_row: int  # values one row unpacks (padding included)
     warps: int = 0  # the op's warps for this format (0: by the tile's values)
-    perm: torch.Tensor | None = None  # int32 [K]: stored column c is input column perm[c]
+    gather: torch.Tensor | None = None  # int32 [K]: stored column c is input column gather[c]
 
     def stored(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """`t` (the activations [M, K], dim 1, or a norm weight [K], dim 0) in the weight's
-        stored column order: one gather launch for act-order weights (the kernels never
-        gather), else `t` itself."""
-        return t if self.perm is None else t.index_select(dim, self.perm)
+        stored column order when the launcher gathers for this weight, else `t` itself."""
+        return t if self.gather is None else t.index_select(dim, self.gather)
 
 
 def choice(w: PackedWeight, op: str) -> Choice:
@@ -116,7 +115,11 @@ def choice(w: PackedWeight, op: str) -> Choice:
 def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
-    the constexprs (DEQ and the warps from `choice`) and the act-order permutation."""
+    permutation, and the constexprs (DEQ and the warps from `choice`). An act-order
+    permutation is the kernel's to gather through (HAS_PERM) up to SMALL_K columns and the
+    launcher's beyond (`Layout.gather`: one gather launch for the row, then contiguous
+    loads): on an H100 the kernel's per-value gather is 2-3x faster than the extra launches
+    at Qwen3-0.6B's K and 1.3-4.5x slower at Qwen3-8B's (docs/perf-log.md)."""
     _N, K = w.shape
     mode, warps = choice(w, op)
     deq = DEQ_CODES[mode]
@@ -129,22 +132,25 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
         if magic:
             q = q.view(torch.uint8)
         meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GB=gb, SCALE_ROWS=w.block_n, HAS_Z=False,
-                    ZOFF=0, DEQ=deq)  # fmt: skip
+                    ZOFF=0, HAS_PERM=False, DEQ=deq)  # fmt: skip
         return Layout(
-            (q, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
+            (q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
         )
     assert isinstance(w, IntWeight), type(w)
     gs = w.group_size
     ng, gb = next_pow2(w.groups), next_pow2(gs * w.bits // 8)
     s = w.scales
     z = w.zeros if w.zeros is not None else s
+    in_kernel = w.perm is not None and K <= SMALL_K
+    p = w.perm if w.perm is not None and in_kernel else s
     assert _rows_contiguous(w.qweight) and _rows_contiguous(s) and _rows_contiguous(z)
     q = w.qweight.view(torch.uint8)  # [N, 4 * words]: the words' bytes, little-endian
     meta = dict(FP8=False, BITS=w.bits, GS=gs, NG=ng, GB=gb, SCALE_ROWS=1,
-                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset, DEQ=deq)  # fmt: skip
+                HAS_Z=w.zeros is not None, ZOFF=w.zero_offset,
+                HAS_PERM=in_kernel, DEQ=deq)  # fmt: skip
     row_bytes = ng * gb + ng * (s.element_size() + (1 if w.zeros is not None else 0))
-    return Layout((q, s, z), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
-                  ng * gb * (8 // w.bits), warps, w.perm)  # fmt: skip
+    return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
+                  ng * gb * (8 // w.bits), warps, None if in_kernel else w.perm)  # fmt: skip
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
