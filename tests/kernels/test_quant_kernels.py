@@ -194,10 +194,10 @@ def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_act_order_beyond_small_k_gathers_in_the_launcher(bits, device) -> None:
-    """Past SMALL_K columns an act-order weight's activations (and norm weight) are gathered
+def test_act_order_from_gather_k_gathers_in_the_launcher(bits, device) -> None:
+    """From GATHER_K columns an act-order weight's activations (and norm weight) are gathered
     into stored order by the launcher, and the kernel reads them contiguously."""
-    K = quant.SMALL_K + 256
+    K = quant.GATHER_K + 256
     g = torch.Generator().manual_seed(bits)
     w = int_weight(48, K, bits, 128, g, zeros=True, perm=True, device=device)
     lay = quant.layout(w, "linear_residual")

@@ -21,8 +21,8 @@ GB bytes padded to powers of two, masked):
         h < VB = 8 / BITS, at bits [h*BITS, (h+1)*BITS) (the word order of packed.py)
         s  [NG, BLOCK_N] (any float), z uint8 [NG, BLOCK_N] (HAS_Z) + ZOFF, else 2**(BITS-1)
         y[r] = sum_g s[g, r] * sum_{b,h} (q[r, b, h] - z[g, r]) * x[k]
-        with k = perm[b*VB + h] when HAS_PERM (act-order, at K <= ops/quant.py SMALL_K; beyond,
-        the launcher gathers x into stored order first), else b*VB + h.
+        with k = perm[b*VB + h] when HAS_PERM (act-order, at K < ops/quant.py GATHER_K; from
+        there the launcher gathers x into stored order first), else b*VB + h.
 
 DEQ picks how and when a packed value becomes a float32 (ops/quant.py chooses per format, op
 and K; every way gives the same float32 values and products):

@@ -63,6 +63,7 @@ LINEAR_KERNEL_ROWS = 16
 DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
 OPS = ("norm_linear", "linear_residual", "gate_up", "head")
 SMALL_K = 2048
+GATHER_K = 4096  # act-order: from this K the launcher gathers the activations (`layout`)
 Choice = tuple[str, int]
 CHOICES: dict[tuple[str, str], tuple[Choice, Choice]] = {
     ("fp8", "norm_linear"): (("early", 0), ("convert", 0)),
@@ -116,10 +117,11 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
     permutation, and the constexprs (DEQ and the warps from `choice`). An act-order
-    permutation is the kernel's to gather through (HAS_PERM) up to SMALL_K columns and the
-    launcher's beyond (`Layout.gather`: one gather launch for the row, then contiguous
-    loads): on an H100 the kernel's per-value gather is 2-3x faster than the extra launches
-    at Qwen3-0.6B's K and 1.3-4.5x slower at Qwen3-8B's (docs/perf-log.md)."""
+    permutation is the kernel's to gather through (HAS_PERM) below GATHER_K columns and the
+    launcher's from there (`Layout.gather`: one gather launch for the row, then contiguous
+    loads): on an H100 the kernel's per-value gather is 1.4-3x faster than the extra
+    launches at Qwen3-0.6B's K (1,024-3,072) and mostly 1.6-4.5x slower at Qwen3-8B's
+    (4,096-12,288; docs/perf-log.md)."""
     _N, K = w.shape
     mode, warps = choice(w, op)
     deq = DEQ_CODES[mode]
@@ -141,7 +143,7 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     ng, gb = next_pow2(w.groups), next_pow2(gs * w.bits // 8)
     s = w.scales
     z = w.zeros if w.zeros is not None else s
-    in_kernel = w.perm is not None and K <= SMALL_K
+    in_kernel = w.perm is not None and K < GATHER_K
     p = w.perm if w.perm is not None and in_kernel else s
     assert _rows_contiguous(w.qweight) and _rows_contiguous(s) and _rows_contiguous(z)
     q = w.qweight.view(torch.uint8)  # [N, 4 * words]: the words' bytes, little-endian
