@@ -64,6 +64,10 @@ DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
 OPS = ("norm_linear", "linear_residual", "gate_up", "head")
 SMALL_K = 2048
 GATHER_K = 4096  # act-order: from this K the launcher gathers the activations (`layout`)
+# 4 bits: per-value passes (`convert`, `magic`) read strided activations; at K 1,024 the
+# `magic` passes beat `interleave` by 12% (qkv), at 2,048 they are 3x slower (o_proj): beyond
+# this K the table's per-value choice becomes `interleave`.
+PASSES_MAX_K = 1024
 Choice = tuple[str, int]
 CHOICES: dict[tuple[str, str], tuple[Choice, Choice]] = {
     ("fp8", "norm_linear"): (("early", 0), ("convert", 0)),
@@ -74,8 +78,7 @@ CHOICES: dict[tuple[str, str], tuple[Choice, Choice]] = {
     ("int8", "linear_residual"): (("magic", 0), ("magic", 0)),
     ("int8", "gate_up"): (("convert", 0), ("convert", 4)),
     ("int8", "head"): (("convert", 4), ("convert", 4)),
-    # (`magic` passes read 12% faster at K 1,024 but 3x slower at 2,048: interleave throughout)
-    ("int4", "norm_linear"): (("interleave", 0), ("interleave", 4)),
+    ("int4", "norm_linear"): (("magic", 0), ("interleave", 4)),
     ("int4", "linear_residual"): (("interleave", 4), ("interleave", 4)),
     ("int4", "gate_up"): (("interleave", 0), ("interleave", 4)),
     ("int4", "head"): (("interleave", 4), ("interleave", 4)),
@@ -110,7 +113,10 @@ def choice(w: PackedWeight, op: str) -> Choice:
     mode forced by `DEQUANT` if set."""
     assert op in OPS, op
     small, large = CHOICES.get((w.format, op), (("convert", 0), ("convert", 0)))
-    mode, warps = small if w.shape[1] <= SMALL_K else large
+    K = w.shape[1]
+    mode, warps = small if K <= SMALL_K else large
+    if w.format == "int4" and mode in ("convert", "magic") and K > PASSES_MAX_K:
+        mode = "interleave"
     return DEQUANT or mode, warps
 
 
