@@ -187,10 +187,10 @@ def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     assert quant.choice(small, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][0]
     assert quant.choice(large, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][1]
     assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][1][1]
-    monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
-    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][1][1])
     middle = int_weight(64, quant.PASSES_MAX_K * 2, 4, 128, g)  # no strided 4-bit passes
     assert quant.choice(middle, "norm_linear")[0] == "interleave"
+    monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
+    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][1][1])
     with pytest.raises(AssertionError):
         quant.choice(small, "attention")
 
