@@ -2,8 +2,8 @@
 # Quantized decode on a CUDA machine, from the source tree (PYTHONPATH=src python3):
 #
 #   scripts/gpu/quant_check.sh kernels     each quantized kernel against the bf16 one, per
-#                                          projection of Qwen3-0.6B (4 launch variants) and of
-#                                          Qwen3-4B/8B (default launch), L2-cold, CUDA events,
+#                                          projection of Qwen3-0.6B and Qwen3-4B/8B, each
+#                                          dequantisation and some warps/tiles, L2-cold, CUDA events,
 #                                          medians (bench/quant_kernels.py): about 6 minutes
 #   scripts/gpu/quant_check.sh tests       the quantized kernel tests on the GPU (bf16 too)
 #                                          and the model/quant tests: about 2 minutes
@@ -38,9 +38,11 @@ quantize() {
 
 kernels() {
   "$PY" -m evokernel.bench.quant_kernels --shapes qwen3-0.6b \
-    --variants default,tile16k,tile64k,warps4 --out "$OUT/quant_kernels_0.6b.json" \
+    --variants default,convert,magic,early,interleave,warps4,warps8,tile64k \
+    --out "$OUT/quant_kernels_0.6b.json" \
     2>&1 | tee "$OUT/quant_kernels_0.6b.log"
-  "$PY" -m evokernel.bench.quant_kernels --shapes qwen3-4b,qwen3-8b --variants default \
+  "$PY" -m evokernel.bench.quant_kernels --shapes qwen3-4b,qwen3-8b \
+    --variants default,convert,magic,early,interleave,warps4 \
     --out "$OUT/quant_kernels_4b_8b.json" 2>&1 | tee "$OUT/quant_kernels_4b_8b.log"
 }
 
