@@ -63,8 +63,8 @@ from evokernel.kernels.overlap import pdl_enter
 
 CONVERT = tl.constexpr(0)  # DEQ: Triton's casts after the PDL wait
 MAGIC_BITS = tl.constexpr(1)  # DEQ: bit placement into float32 after the wait
-EARLY = tl.constexpr(2)
-INTERLEAVE = tl.constexpr(3)  # DEQ: Triton's casts and the scales, before the wait (float32 tile)
+EARLY = tl.constexpr(2)  # DEQ: casts, zero points and scales before the wait (float32 tile)
+INTERLEAVE = tl.constexpr(3)  # DEQ: 4 bits, a byte's two values interleaved in column order
 TWO_23 = tl.constexpr(8388608.0)  # 2**23: float32 bits 0x4B000000
 TWO_60 = tl.constexpr(1.152921504606846976e18)  # 2**60: FP8 MAGIC scales x and s by it
 
