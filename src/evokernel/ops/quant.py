@@ -56,7 +56,7 @@ LINEAR_KERNEL_ROWS = 16
 # K <= SMALL_K and for larger K (warps 0: by the tile's values), each the fastest in
 # `bench/quant_kernels.py` runs on an H100 at Qwen3-0.6B's shapes (K 1,024-3,072) and at
 # Qwen3-8B's (K 4,096-12,288), checked on an H200 at 0.6B (docs/perf-log.md, "Quantized
-# decode, second kernels"). The best choice moves with the shape (an "early" FP8 qkv is 18%
+# decode, second kernels"). The best choice moves with the shape (an "early" FP8 qkv is ~20%
 # faster at K 1,024 and 18% slower at 4,096; per-value 4-bit passes are 17x slower at 8B):
 # a table measured at two shapes, not a search. `DEQUANT`, when set, forces one mode for
 # every launch in the process (the bench's variants); `DecodeTuning.gemv_warps` the warps.
