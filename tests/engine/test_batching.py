@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from evokernel.engine.batch_check import check
+from evokernel.engine.batch_check import BatchCheck, check
 from evokernel.engine.batching import BatchRunner, RowParams, batch_buckets
 from evokernel.engine.loading import load_engine
 from evokernel.errors import ConfigError
@@ -136,6 +136,24 @@ def test_the_batch_check_finds_equal_tokens_and_reduction_order_kl(model):
     assert result.greedy_equal == 4 and result.first_divergence == [None] * 4
     assert result.argmax_agree == 1.0
     assert result.kl_max < 1e-5 and result.reduction_order_only  # measured: ~2e-7
+
+
+def test_the_batch_check_measures_a_low_precision_model_against_its_own_noise(model, tiny_fp32):
+    """Below float32 the verdict's yardstick is the dtype's own distance from float32."""
+    low = load_engine(tiny_fp32, "cpu", torch.bfloat16, "torch", max_seq_len=MAX_LEN)
+    result = check(low, prompts(3, seed=6), steps=8, reference=model)
+    assert result.noise_kl_mean is not None and result.noise_kl_mean > 0
+    assert result.reduction_order_only
+
+
+@pytest.mark.parametrize(
+    "kl_mean,noise,verdict",
+    [(5e-4, None, True), (3e-3, None, False), (3e-3, 2e-3, True), (5e-3, 2e-3, False),
+     (0.5, 2e-3, False)],
+)  # fmt: skip
+def test_the_batch_check_verdict(kl_mean, noise, verdict):
+    result = BatchCheck(4, 8, 4, kl_mean, kl_mean, 1.0, [None] * 4, noise)
+    assert result.reduction_order_only is verdict
 
 
 @pytest.fixture(scope="module")
