@@ -70,3 +70,24 @@ def test_bad_arguments_raise(tmp_path: Path) -> None:
         run_isolated(tmp_path / "missing.py")
     with pytest.raises(EvokernelError):
         run_isolated(FUNCTIONS, timeout_s=0)
+
+
+@pytest.mark.parametrize("interrupt", ["cgroup", "probe"])
+def test_the_isolation_probe_leaves_no_scratch_directory(interrupt, tmp_path, monkeypatch) -> None:
+    """An interrupt while the probe sets up (the cgroup) or runs leaves no evokernel-probe-*."""
+    import subprocess
+    import tempfile
+
+    from evokernel.evaluate.process import cgroup, policy
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(policy, "_STATUS", [])  # probe afresh, and forget this one after
+
+    def stop(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    target = (cgroup.Cgroup, "create") if interrupt == "cgroup" else (subprocess, "run")
+    monkeypatch.setattr(*target, stop)
+    with pytest.raises(KeyboardInterrupt):
+        policy.isolation_status()
+    assert not list(tmp_path.glob("evokernel-probe-*"))

@@ -236,8 +236,9 @@ def isolation_status() -> Isolation:
         from evokernel.evaluate.process.cgroup import Cgroup
 
         scratch = tempfile.mkdtemp(prefix="evokernel-probe-")
-        cgroup = Cgroup.create()
-        try:
+        cgroup = None
+        try:  # from here the scratch directory (and any cgroup) is removed whatever happens
+            cgroup = Cgroup.create()
             uid = drop_uid()
             if uid is not None:
                 os.chown(scratch, uid, uid)
