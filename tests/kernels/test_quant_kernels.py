@@ -184,13 +184,14 @@ def test_every_dequantisation_gives_the_same_products(kind, device, monkeypatch)
 def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     g = torch.Generator().manual_seed(1)
     small, large = int_weight(64, 1024, 4, 128, g), int_weight(64, 4096, 4, 128, g)
-    assert quant.choice(small, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][0]
-    assert quant.choice(large, "norm_linear") == quant.CHOICES[("int4", "norm_linear")][1]
-    assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][1][1]
-    middle = int_weight(64, quant.PASSES_MAX_K * 2, 4, 128, g)  # no strided 4-bit passes
+    rules = quant.CHOICES[("int4", "norm_linear")]
+    assert quant.choice(small, "norm_linear") == rules[0][1:]
+    assert quant.choice(large, "norm_linear") == rules[-1][1:]
+    assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][-1][2]
+    middle = int_weight(64, 2048, 4, 128, g)  # no strided 4-bit passes past K 1,024
     assert quant.choice(middle, "norm_linear")[0] == "interleave"
     monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
-    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][1][1])
+    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][-1][2])
     with pytest.raises(AssertionError):
         quant.choice(small, "attention")
 

@@ -52,36 +52,34 @@ LINEAR_KERNEL_ROWS = 16
 #   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
 #                 activations load contiguously, or through act-order's permutation in
 #                 column order (8 bits: "convert").
-# The same products every way. `CHOICES` holds, per format and op, the (mode, warps) for
-# K <= SMALL_K and for larger K (warps 0: by the tile's values), each the fastest in
-# `bench/quant_kernels.py` runs on an H100 at Qwen3-0.6B's shapes (K 1,024-3,072) and at
-# Qwen3-8B's (K 4,096-12,288), checked on an H200 at 0.6B (docs/perf-log.md, "Quantized
-# decode, second kernels"). The best choice moves with the shape (an "early" FP8 qkv is ~20%
-# faster at K 1,024 and 18% slower at 4,096; per-value 4-bit passes are 17x slower at 8B):
-# a table measured at two shapes, not a search. `DEQUANT`, when set, forces one mode for
-# every launch in the process (the bench's variants); `DecodeTuning.gemv_warps` the warps.
+# The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
+# warps): the first whose max K (None: any) is at least the weight's K applies (warps 0: by
+# the tile's values). Each is the fastest in `bench/quant_kernels.py` runs on an H100 at
+# Qwen3-0.6B's shapes (K 1,024-3,072) and at Qwen3-8B's (K 4,096-12,288), checked on an H200
+# at 0.6B (docs/perf-log.md, "Quantized decode, second kernels"). The best choice moves with
+# the shape: an "early" FP8 qkv is ~20% faster at K 1,024 and 18% slower at 4,096; 4-bit
+# per-value passes (`convert`, `magic`, strided activations) beat `interleave` by 12% at
+# K 1,024 (qkv) and are 3x slower at 2,048 (o_proj), 4-17x at 8B. A table measured at two
+# shapes, not a search. `DEQUANT`, when set, forces one mode for every launch in the process
+# (the bench's variants); `DecodeTuning.gemv_warps` the warps.
 DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
 OPS = ("norm_linear", "linear_residual", "gate_up", "head")
-SMALL_K = 2048
 GATHER_K = 4096  # act-order: from this K the launcher gathers the activations (`layout`)
-# 4 bits: per-value passes (`convert`, `magic`) read strided activations; at K 1,024 the
-# `magic` passes beat `interleave` by 12% (qkv), at 2,048 they are 3x slower (o_proj): beyond
-# this K the table's per-value choice becomes `interleave`.
-PASSES_MAX_K = 1024
 Choice = tuple[str, int]
-CHOICES: dict[tuple[str, str], tuple[Choice, Choice]] = {
-    ("fp8", "norm_linear"): (("early", 0), ("convert", 0)),
-    ("fp8", "linear_residual"): (("convert", 8), ("convert", 8)),
-    ("fp8", "gate_up"): (("early", 0), ("convert", 0)),
-    ("fp8", "head"): (("convert", 4), ("convert", 4)),
-    ("int8", "norm_linear"): (("early", 0), ("magic", 0)),
-    ("int8", "linear_residual"): (("magic", 0), ("magic", 0)),
-    ("int8", "gate_up"): (("convert", 0), ("convert", 4)),
-    ("int8", "head"): (("convert", 4), ("convert", 4)),
-    ("int4", "norm_linear"): (("magic", 0), ("interleave", 4)),
-    ("int4", "linear_residual"): (("interleave", 4), ("interleave", 4)),
-    ("int4", "gate_up"): (("interleave", 0), ("interleave", 4)),
-    ("int4", "head"): (("interleave", 4), ("interleave", 4)),
+Rule = tuple[int | None, str, int]  # (max K or None, mode, warps)
+CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
+    ("fp8", "norm_linear"): ((2048, "early", 0), (None, "convert", 0)),
+    ("fp8", "linear_residual"): ((None, "convert", 8),),
+    ("fp8", "gate_up"): ((2048, "early", 0), (None, "convert", 0)),
+    ("fp8", "head"): ((None, "convert", 4),),
+    ("int8", "norm_linear"): ((2048, "early", 0), (None, "magic", 0)),
+    ("int8", "linear_residual"): ((None, "magic", 0),),
+    ("int8", "gate_up"): ((2048, "convert", 0), (None, "convert", 4)),
+    ("int8", "head"): ((None, "convert", 4),),
+    ("int4", "norm_linear"): ((1024, "magic", 0), (2048, "interleave", 0), (None, "interleave", 4)),
+    ("int4", "linear_residual"): ((None, "interleave", 4),),
+    ("int4", "gate_up"): ((2048, "interleave", 0), (None, "interleave", 4)),
+    ("int4", "head"): ((None, "interleave", 4),),
 }
 DEQUANT: str | None = None
 # The head's programs take this many tile bytes at the least (its 150K rows make plenty of
@@ -109,14 +107,12 @@ class Layout:
 
 
 def choice(w: PackedWeight, op: str) -> Choice:
-    """(mode, warps) `op` (one of OPS) runs `w` with: `CHOICES` for its format and K, the
-    mode forced by `DEQUANT` if set."""
+    """(mode, warps) `op` (one of OPS) runs `w` with: the first of `CHOICES`' rules for its
+    format and op that covers its K, the mode forced by `DEQUANT` if set."""
     assert op in OPS, op
-    small, large = CHOICES.get((w.format, op), (("convert", 0), ("convert", 0)))
     K = w.shape[1]
-    mode, warps = small if K <= SMALL_K else large
-    if w.format == "int4" and mode in ("convert", "magic") and K > PASSES_MAX_K:
-        mode = "interleave"
+    rules = CHOICES.get((w.format, op), ((None, "convert", 0),))
+    mode, warps = next((m, wp) for k, m, wp in rules if k is None or k >= K)
     return DEQUANT or mode, warps
 
 
