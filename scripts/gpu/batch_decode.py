@@ -8,8 +8,9 @@ position is reported).
         [--batches 1,2,4,8,16,32,64] [--prompt-len 32] [--new-tokens 128]
         [--variants default,one-row]
 
-Variants are launch choices of the decode kernels (`DecodeTuning` fields): `default`, and
-`one-row` (the one-row CUDA-core kernels up to 8 rows, the rows kernel beyond). Prints one
+Variants are launch choices of the decode kernels (`DecodeTuning` fields): those of
+`evokernel.bench.decode_stages` (`default`, `swap-pre-w2`, ...), `one-row` (the one-row
+CUDA-core kernels up to 8 rows, the rows kernel beyond) and `rows-from2`. Prints one
 line per variant and batch size and ends with one JSON line.
 """
 
@@ -22,19 +23,18 @@ from pathlib import Path
 
 import torch
 
+from evokernel.bench.decode_stages import VARIANTS as STAGE_VARIANTS
 from evokernel.engine import graph
 from evokernel.engine.generate import GenerateOptions, generate
 from evokernel.engine.loading import load_engine
 from evokernel.ops.registry import OpSet
-from evokernel.ops.tuning import DEFAULT
+from evokernel.ops.tuning import DEFAULT, DecodeTuning
 
+# decode_stages' launch variants (`DecodeTuning` overrides), and these
 VARIANTS = {
-    "default": {},
+    **{name: v for name, v in STAGE_VARIANTS.items() if set(v) <= set(DecodeTuning._fields)},
     "one-row": {"rows_min": 9},
-    "rows-w4": {"rows_min": 2, "rows_warps": 4},
-    "rows-32k": {"rows_min": 2, "rows_tile_bytes": 32768},
-    "rows-128k": {"rows_min": 2, "rows_tile_bytes": 131072, "rows_warps": 8},
-    "rows-chunk": {"rows_min": 2, "rows_tile_bytes": 16, "rows_block_k": 512},
+    "rows-from2": {"rows_min": 2},
 }
 
 

@@ -1,11 +1,12 @@
 """One quantized decode op of Qwen3-0.6B, launched a few times without a graph, for a profiler.
 
     ncu --kernel-name regex:quant_ --launch-skip 3 --launch-count 1 --section WarpStateStats \
-        python3 scripts/gpu/quant_profile.py int4:o_proj [--dequant convert|magic|early]
+        python3 scripts/gpu/quant_profile.py int4:o_proj [--dequant convert|magic|early] [--rows 8]
 
 FMT:PROJ as bench/quant_kernels.py names them (formats fp8, int8, int4, ...; projections
 qkv, o_proj, gate_up, down, head). Each launch reads its own copy of the weight (four
-copies), so L2 holds none of them, as in a decode step. Needs CUDA.
+copies), so L2 holds none of them, as in a decode step. --rows: the batch (bf16 from 5 rows
+on: the tensor-core rows kernel, kernels/rows.py). Needs CUDA.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def main() -> int:
     p.add_argument("spec", help="FMT:PROJ, e.g. int4:o_proj")
     p.add_argument("--dequant", default=None)
     p.add_argument("--launches", type=int, default=6)
+    p.add_argument("--rows", type=int, default=1)
     args = p.parse_args()
     from evokernel.bench import quant_kernels as qk
     from evokernel.ops import quant
@@ -32,7 +34,7 @@ def main() -> int:
     fmt, proj = args.spec.split(":")
     N, K = qk.projection_shape("qwen3-0.6b", proj)
     weights = [qk.make_weight(fmt, N, K) for _ in range(4)]
-    op = qk.make_op(proj, fmt, DEFAULT._replace(pdl=pdl_supported()), 1, N, K)
+    op = qk.make_op(proj, fmt, DEFAULT._replace(pdl=pdl_supported()), args.rows, N, K)
     for i in range(args.launches):
         op(weights[i % len(weights)])
     torch.cuda.synchronize()

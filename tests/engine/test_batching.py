@@ -78,6 +78,25 @@ def test_sequences_joining_and_leaving_get_their_tokens_alone(model, rows_per_ca
     assert [got[i][:n] for i in range(len(ps))] == want
 
 
+def test_staged_prefill_pads_to_its_bucket_and_changes_nothing(model):
+    """The staged prefill (what the CUDA prefill graphs run, here eagerly): prompts padded to
+    their length bucket in the staging row, then copied into their slots, give the same
+    tokens and the same KV rows as the plain prefill; the staging row is never a slot."""
+    ps = [[5], list(range(1, 17)), list(range(3, 20)), prompts(1, seed=3)[0]]  # 1, 16, 17, ...
+    plain = BatchRunner(model, 4, MAX_LEN, staged_prefill=False)
+    staged = BatchRunner(model, 4, MAX_LEN, staged_prefill=True)
+    assert staged.prefill_lens == [16, 32, 64, 128, 256]
+    assert staged.cache.k[0].shape[0] == 5 and plain.cache.k[0].shape[0] == 4
+    with torch.inference_mode():
+        for p in ps:
+            (a, fa), (b, fb) = plain.admit(p, GREEDY), staged.admit(p, GREEDY)
+            assert a == b and fa.wait().tokens == fb.wait().tokens
+            for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
+                torch.testing.assert_close(t[a, :, : len(p)], u[a, :, : len(p)])
+        for _ in range(5):
+            assert plain.step().wait().tokens == staged.step().wait().tokens
+
+
 def test_compaction_moves_a_sequence_down_and_it_continues_unchanged(model):
     ps = prompts(5, seed=1)
     runner = BatchRunner(model, 8, MAX_LEN)
@@ -168,14 +187,16 @@ def small_bf16(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.gpu
 def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
-    """Graphs per batch and context bucket, row groups of the fused kernels' limit: a graph
-    runner and an eager runner give the same tokens for sequences joining and leaving."""
+    """Graphs per batch and context bucket and per prompt-length bucket, row groups of the
+    fused kernels' limit: a graph runner and an eager runner (the same staged prefill) give
+    the same tokens for sequences joining and leaving."""
     model = load_engine(small_bf16, "cuda", None, "triton", max_seq_len=1024)
     ps = prompts(12, seed=7)
     runs = []
     for use_graph in (True, False):
-        runner = BatchRunner(model, 16, 1024, use_graph=use_graph)
-        assert runner.graph_count == (2 * 5 * 3 if use_graph else 0)  # kinds x batch x context
+        runner = BatchRunner(model, 16, 1024, use_graph=use_graph, staged_prefill=True)
+        # kinds x batch x context buckets, and the prefill's 16, 32, ..., 1024
+        assert runner.graph_count == (2 * 5 * 3 + 7 if use_graph else 0)
         got: dict[int, list[int]] = {}
         owner: dict[int, int] = {}
         with torch.inference_mode():

@@ -22,14 +22,24 @@ from evokernel.ops.tuning import check_tuning
 REF = OpSet.torch()
 EPS = 1e-6
 GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 40)]  # M, N, K
-# One-row kernels at every row count; the rows kernel from 2 rows on (the whole K in
-# registers at these sizes, 16-row tiles looped over); and the rows kernel walking K in
-# 64-wide chunks (the loop runs up to three times, row tiles on the grid).
+# One-row kernels at every row count; the rows kernel from 2 rows on as the engine launches
+# it (the weights the MMA's row operand, every norm a launch of its own, the whole K or K split
+# to fill the SMs, row tiles looped over), also with K split in 64-wide slices over up to three
+# programs per column tile (merged by the last to finish); and the rows kernel's fused design
+# (the norm in every program, x the MMA's row operand), also split.
 GEMV_PATHS = {
     "default": decode.DEFAULT,
     "one-row": decode.DecodeTuning(rows_min=1 << 30),
-    "rows-chunked": decode.DecodeTuning(
-        rows_min=2, rows_block_n=16, rows_block_k=64, rows_tile_bytes=16
+    "rows": decode.DecodeTuning(rows_min=2),
+    "rows-split": decode.DecodeTuning(rows_min=2, rows_block_k=64, rows_tile_bytes=16),
+    "rows-fused-split": decode.DecodeTuning(
+        rows_min=2,
+        rows_block_n=16,
+        rows_block_k=64,
+        rows_tile_bytes=16,
+        rows_swap=False,
+        rows_prenorm=0,
+        rows_warps=4,
     ),
 }
 
@@ -70,6 +80,8 @@ def test_gemv_ops_match_their_compositions(M, N, K, dtype, path, device) -> None
     got = res.clone()
     assert decode.linear_residual(x_n, w, got, tuning=t) is got  # in place
     assert_close(got, want, "residual")
+    if path.startswith("rows"):  # the split's tickets are left zero for the next launch
+        assert not layer.kept_zeros("rows_tickets", torch.device(device), 1, torch.int32).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent(
         norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
     from evokernel.kernels.rope import qk_norm_rope_append_kernel
-    from evokernel.kernels.rows import rows_gemv_kernel
+    from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel
 
     CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
@@ -104,24 +104,35 @@ SCRIPT = textwrap.dedent(
             "BLOCK_K": 1024, "WRITE_LOGITS": logits, "ARGMAX": not logits, "PDL": True}, 8,
             ptrs)
         no_spills(out, f"norm_head logits={logits}")
-    # The batched rows kernel (tensor cores), every epilogue, 16 and 64 rows per tile.
+    # The batched rows kernel (tensor cores), every epilogue, split or whole K.
     rows_args = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "out_ptr": p,
-                 "res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32",
+                 "res_ptr": p, "key_ptr": "*i64", "part_ptr": "*fp32", "ticket_ptr": "*i32",
+                 "M": "i32", "N": "i32", "stride_x": "i32",
                  "stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
-    # (epilogue, K, BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) as ops/layer.py picks them at
-    # Qwen3-0.6B's shapes (the whole K in registers where 16 columns of it fit 64 KB)
-    for epilogue, k, block_m, block_n, block_k, whole, warps in (
-        (0, 1024, 16, 16, 1024, True, 4), (1, 2048, 16, 16, 2048, True, 4),
-        (1, 3072, 64, 16, 256, False, 4), (2, 1024, 16, 16, 1024, True, 4),
-        (3, 1024, 16, 32, 1024, True, 4),
+    # (epilogue, K, BLOCK_N, BLOCK_K, warps, norm, swap) as ops/layer.py picks them at
+    # Qwen3-0.6B's shapes on 132 SMs (16 columns of the whole K where they fill the SMs, else
+    # K split; with rows_swap 64 columns over 4 warps; the head's norm a launch of its own)
+    for epilogue, k, block_n, block_k, warps, norm, swap in (
+        (0, 1024, 16, 1024, 4, True, False), (1, 2048, 16, 512, 4, False, False),
+        (1, 3072, 16, 1024, 4, False, False), (2, 1024, 16, 1024, 4, True, False),
+        (3, 1024, 32, 1024, 4, False, False), (0, 1024, 16, 512, 4, True, False),
+        (2, 1024, 16, 512, 4, True, False), (0, 1024, 64, 256, 4, False, True),
+        (2, 1024, 64, 128, 4, True, True), (1, 3072, 64, 256, 4, False, True),
+        (3, 1024, 64, 256, 4, False, True),
     ):
         args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
-        out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": block_m,
-            "BLOCK_N": block_n, "BLOCK_K": block_k, "WHOLE_K": whole,
-            "NORM": epilogue != 1, "HAS_BIAS": epilogue == 0,
+        split = -(-k // block_k)
+        out = compile_one(rows_gemv_kernel, args, {"K": k, "BLOCK_M": 16,
+            "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT": split,
+            "NORM": norm, "HAS_BIAS": epilogue == 0,
             "EPILOGUE": epilogue, "WRITE_LOGITS": epilogue == 3, "ARGMAX": epilogue == 3,
-            "IEEE": False, "PDL": True}, warps, ptrs)
-        no_spills(out, f"rows epilogue={epilogue} K={k} whole={whole}")
+            "IEEE": False, "SWAP": swap, "PDL": True}, warps, ptrs)
+        no_spills(out, f"rows epilogue={epilogue} K={k} BLOCK_K={block_k} split={split} "
+                       f"swap={swap}")
+    out = compile_one(rows_norm_kernel, {"x_ptr": p, "w_ptr": p, "out_ptr": p,
+        "stride_x": "i32", "stride_out": "i32", "eps": "fp32"},
+        {"K": 1024, "BLOCK_K": 1024, "PDL": True}, 4)
+    no_spills(out, "rows_norm")
     out = compile_one(argmax_finish_kernel, {"key_ptr": "*i64", "token_ptr": "*i64",
         "pos_ptr": "*i32", "seq_lens_ptr": "*i32", "M": "i32"},
         {"BLOCK_M": 1, "ADVANCE": True, "PDL": True}, 1)

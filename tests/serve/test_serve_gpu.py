@@ -36,9 +36,11 @@ def test_concurrent_streams_on_cuda(tmp_path):
         name = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
         url = server.url + "/v1/completions"
         counts: dict[int, int] = {}
+        start = threading.Barrier(12)  # all at once, so that the batch grows past 8 rows
 
         def worker(i: int) -> None:
-            body = {"model": name, "prompt": list(range(100, 110 + 7 * i)), "max_tokens": 64,
+            start.wait(60)
+            body = {"model": name, "prompt": list(range(100, 110 + 7 * i)), "max_tokens": 256,
                     "temperature": 0, "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}  # fmt: skip
             with httpx.stream("POST", url, json=body, timeout=120) as response:
@@ -51,7 +53,7 @@ def test_concurrent_streams_on_cuda(tmp_path):
             t.start()
         for t in threads:
             t.join(120)
-        assert counts == {i: 64 for i in range(12)}
+        assert counts == {i: 256 for i in range(12)}
         chat = httpx.post(
             server.url + "/v1/chat/completions",
             json={"model": name, "messages": [{"role": "user", "content": "hi"}],

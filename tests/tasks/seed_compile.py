@@ -136,17 +136,26 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
             shared = _compile(fn, sig, consts | extra, warps, 3)
             lines.append(f"{fn.__name__} {dtype} {consts} warps={warps}: {shared} B shared")
         rows = {"x_ptr": p, "norm_ptr": p, "w_ptr": p, "bias_ptr": p, "out_ptr": p}
-        rows |= {"res_ptr": p, "key_ptr": "*i64", "M": "i32", "N": "i32", "stride_x": "i32"}
+        rows |= {"res_ptr": p, "key_ptr": "*i64", "part_ptr": "*fp32", "ticket_ptr": "*i32"}
+        rows |= {"M": "i32", "N": "i32", "stride_x": "i32"}
         rows |= {"stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
-        for epilogue, n, k in ((0, n_qkv, H), (1, H, hq * D), (2, inter, H), (1, H, inter)):
-            tiles = 2 if epilogue == 2 else 1
-            block_m, block_n, block_k, whole, warps = m.rows_blocks(8, n, k, 2, None, t, tiles)
-            consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
-            consts |= {"WHOLE_K": whole}
-            consts |= {"NORM": epilogue != 1, "HAS_BIAS": False, "EPILOGUE": epilogue}
-            consts |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
-            shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, warps, 3)
-            lines.append(f"rows_gemv_kernel {dtype} {consts}: {shared} B shared")
+        for M in (8, 32):
+            for epilogue, n, k in ((0, n_qkv, H), (1, H, hq * D), (2, inter, H), (1, H, inter)):
+                tiles = 2 if epilogue == 2 else 1
+                block_m, block_n, block_k, split, warps = m.rows_blocks(M, n, k, 2, None, t, tiles)
+                consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+                consts |= {"SPLIT": split, "SWAP": bool(t.rows_swap)}
+                norm = epilogue != 1 and t.rows_prenorm != 2
+                consts |= {"NORM": norm, "HAS_BIAS": False, "EPILOGUE": epilogue}
+                consts |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
+                shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, warps, 3)
+                lines.append(f"rows_gemv_kernel {dtype} M={M} {consts}: {shared} B shared")
+        if t.rows_prenorm == 2:
+            sig = {"x_ptr": p, "w_ptr": p, "out_ptr": p, "stride_x": "i32", "stride_out": "i32"}
+            sig |= {"eps": "fp32"}
+            consts = {"K": H, "BLOCK_K": _pow2(H), "PDL": pdl}
+            shared = _compile(m.rows_norm_kernel, sig, consts, 4, 3)
+            lines.append(f"rows_norm_kernel {dtype}: {shared} B shared")
         sig = {n: p for n in ("q_ptr", "q_norm_ptr", "k_norm_ptr")}
         sig |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "seq_lens_ptr": "*i32"}
         sig |= {"k_ptr": p, "v_ptr": p, "out_ptr": p, "part_ptr": "*fp32", "lse_ptr": "*fp32"}

@@ -2,6 +2,7 @@
 
     python -m evokernel.bench.decode_stages --model DIR [--positions 1,4096] [--out F.json]
         [--variants default,no-pdl,tile16k,...] [--stage-position 1024] [--cache 128]
+        [--batch 8]
 
 For each launch variant of the fused decode kernels (a `DecodeTuning`, with or without
 programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
@@ -17,6 +18,9 @@ programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
     tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
     the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
     gaps between graph launches count, as in a decode loop).
+
+With --batch B every stage and step runs B rows (B sequences, each at the position), the way
+a batched step does: weight floors are unchanged, KV floors are B times the position's.
 
 Replays are timed one by one with CUDA events after a warm-up; medians are reported. The KV
 cache holds random values (never time on zeros). Prints a table; writes JSON (--out).
@@ -74,6 +78,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tickets": _triton_short({"ticket_combine": True}),
     # The first buckets' fused attention in Triton (split + combine), not the CUDA kernel.
     "triton-short": _triton_short({}),
+    # The tensor-core rows kernel (batches of >= rows_min rows; defaults: the weights as the
+    # MMA's row operand, 2 warps, row tiles up to 64, every norm a launch of its own first):
+    # its weight slab per program (smaller slabs split K over more programs), warps, row
+    # tile, operand order and norms.
+    "rows16k": {"rows_tile_bytes": 16 * 1024},
+    "rows32k": {"rows_tile_bytes": 32 * 1024},
+    "rows128k": {"rows_tile_bytes": 128 * 1024},
+    "rows-k512": {"rows_block_k": 512},
+    "rows-w1": {"rows_warps": 1},
+    "rows-w4": {"rows_warps": 4},
+    "rows-m16": {"rows_block_m": 16},
+    "rows-noswap": {"rows_swap": False, "rows_warps": 4},
+    "rows-pre-head": {"rows_prenorm": 1},
+    "rows-pre0": {"rows_prenorm": 0},
+    # the rows kernel's launch before 2026-11-26's batched-decode work (one wave of BLOCK_N
+    # = 16 programs with the norm fused in each, 4 warps, 16-row tiles)
+    "rows-fused": {"rows_swap": False, "rows_prenorm": 0, "rows_warps": 4, "rows_block_m": 16},
+    # Batches below rows_min run the one-row CUDA-core kernels.
+    "one-row": {"rows_min": 1 << 30},
+    # The plain PyTorch ops (cuBLAS GEMMs, SDPA, eager norms): a yardstick, not the engine.
+    "torch": {"ops": "torch"},
 }
 STAGES = ("qkv", "attention", "o_proj", "gate_up", "down", "head")
 
@@ -155,6 +180,7 @@ class Bench:
         reps: int,
         stage_position: int = 1024,
         cache_len: int | None = None,
+        batch: int = 1,
     ) -> None:
         from evokernel import device as devices
 
@@ -163,13 +189,14 @@ class Bench:
         from evokernel.engine.loading import load_engine
 
         self.reps = reps
+        self.batch = batch
         self.positions = positions
         self.stage_position = stage_position
         self.model = load_engine(model_dir, "cuda", torch.bfloat16, "torch")
         cfg = self.model.cfg
         self.cfg = cfg
         need = max(*positions, stage_position) + 2 * reps + 64
-        self.cache = self.model.new_cache(1, cache_len or need)
+        self.cache = self.model.new_cache(batch, cache_len or need)
         self.bounds = context_buckets(self.cache.max_seq_len)
         for t in (*self.cache.k, *self.cache.v):
             t.normal_()
@@ -194,15 +221,15 @@ class Bench:
         from evokernel.ops.registry import OpSet, pdl_supported
 
         pdl = overrides.get("pdl", pdl_supported())
-        tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k != "pdl"})
-        ops = OpSet.triton(pdl=pdl, tuning=tuning)
+        tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k not in ("pdl", "ops")})
+        ops = OpSet.torch() if overrides.get("ops") == "torch" else OpSet.triton(pdl, tuning)
         self.model.ops = ops
         stages = self._stages(ops)
         steps = {}
         for p in self.positions:
             b2b: list[float] = []
             us = self._step_us(p, b2b)
-            floor = self.floor_us(self.weight_bytes + self.kv_per_token * p)
+            floor = self.floor_us(self.weight_bytes + self.kv_per_token * p * self.batch)
             steps[str(p)] = {
                 "us": us,
                 "tok_s": 1e6 / us,
@@ -214,6 +241,7 @@ class Bench:
         return {
             "name": name,
             "pdl": pdl,
+            "batch": self.batch,
             "tuning": tuning._asdict(),
             "stages": stages,
             "steps": steps,
@@ -221,22 +249,22 @@ class Bench:
 
     def _stages(self, ops: Any) -> dict[str, dict[str, float]]:
         cfg, w = self.cfg, self.model.weights
-        L, eps = cfg.num_hidden_layers, cfg.rms_norm_eps
-        h = torch.randn(1, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+        L, eps, B = cfg.num_hidden_layers, cfg.rms_norm_eps, self.batch
+        h = torch.randn(B, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
         qkv = torch.randn(
-            1,
+            B,
             (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
             device="cuda",
             dtype=torch.bfloat16,
         )
         attn = torch.randn(
-            1, cfg.num_attention_heads * cfg.head_dim, device="cuda", dtype=torch.bfloat16
+            B, cfg.num_attention_heads * cfg.head_dim, device="cuda", dtype=torch.bfloat16
         )
-        act = torch.randn(1, cfg.intermediate_size, device="cuda", dtype=torch.bfloat16)
+        act = torch.randn(B, cfg.intermediate_size, device="cuda", dtype=torch.bfloat16)
         p = self.stage_position
-        pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
+        pos = torch.full((B,), p - 1, device="cuda", dtype=torch.int32)
         lens = pos + 1
-        tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+        tokens = torch.zeros(B, dtype=torch.int64, device="cuda")
         bound = self.cache.max_seq_len
 
         def reset() -> None:
@@ -266,7 +294,7 @@ class Bench:
         out = {}
         for stage in STAGES:
             us = graph_us(fns[stage], self.reps, reset)
-            nbytes = self.layer_bytes.get(stage, self.kv_per_token * p)
+            nbytes = self.layer_bytes.get(stage, self.kv_per_token * p * B)
             per = 1 if stage == "head" else L
             floor = self.floor_us(nbytes)
             out[stage] = {"us": us / per, "floor_us": floor / per, "pct": 100 * floor / us}
@@ -303,12 +331,12 @@ class Bench:
         """Per layer: the attention stage alone at position p."""
         cfg = self.cfg
         qkv = torch.randn(
-            1,
+            self.batch,
             (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim,
             device="cuda",
             dtype=torch.bfloat16,
         )
-        pos = torch.tensor([p - 1], device="cuda", dtype=torch.int32)
+        pos = torch.full((self.batch,), p - 1, device="cuda", dtype=torch.int32)
         lens = pos + 1
         bound = next(b for b in self.bounds if b >= p)
 
@@ -319,9 +347,10 @@ class Bench:
 
     def _step_us(self, position: int, b2b: list[float]) -> float:
         m, cache = self.model, self.cache
-        tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
-        pos = torch.zeros(1, dtype=torch.int32, device="cuda")
-        lens = torch.ones(1, dtype=torch.int32, device="cuda")
+        B = self.batch
+        tokens = torch.zeros(B, dtype=torch.int64, device="cuda")
+        pos = torch.zeros(B, dtype=torch.int32, device="cuda")
+        lens = torch.ones(B, dtype=torch.int32, device="cuda")
         # The smallest bucket that holds the 20 back-to-back steps (the cache's length at most).
         bound = next((b for b in self.bounds if b >= position + self.reps + 30), self.bounds[-1])
 
@@ -350,20 +379,37 @@ def main(argv: list[str] | None = None) -> int:
         help="KV cache positions (default: what the positions need); a short cache sets the "
         "steps' bound, as `bench decode` sizes its cache per row (128 at position 1)",
     )
+    parser.add_argument(
+        "--batch", type=int, default=1, help="rows per step: B sequences, each at the position"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        print("error: --batch must be >= 1", file=sys.stderr)
+        return 2
     positions = [int(p) for p in args.positions.split(",")]
     if args.cache is not None and args.cache < max(*positions, args.stage_position) + 21:
         print("error: --cache must hold every position (and the stage position) + 21 steps",
               file=sys.stderr)  # fmt: skip
         return 2
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not torch.cuda.is_available():
         print("error: decode_stages needs a CUDA GPU", file=sys.stderr)
         return 2
-    bench = Bench(args.model, positions, args.reps, args.stage_position, args.cache)
+    bench = Bench(args.model, positions, args.reps, args.stage_position, args.cache, args.batch)
     results = []
     for name in args.variants.split(","):
-        results.append(bench.variant(name, VARIANTS[name]))
+        try:
+            results.append(bench.variant(name, VARIANTS[name]))
+        except Exception as e:  # one variant's failure (e.g. out of memory) ends only it
+            print(f"{name:<10} failed: {type(e).__name__}: {e}", flush=True)
+            results.append({"name": name, "error": f"{type(e).__name__}: {e}"})
+            torch.cuda.empty_cache()
+            continue
         r = results[-1]
         stages = " ".join(
             f"{s} {r['stages'][s]['us']:.2f}us({r['stages'][s]['pct']:.0f}%"
@@ -384,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         "weight_bytes": bench.weight_bytes,
         "kv_bytes_per_token": bench.kv_per_token,
         "layers": bench.cfg.num_hidden_layers,
+        "batch": bench.batch,
         "variants": results,
     }
     if args.out:

@@ -27,6 +27,15 @@ float32 logits, from which each row draws its token with its own parameters
 `context_buckets(max_len)` above every active row's next position; the host tracks positions,
 so choosing a graph needs no sync.
 
+Prefill. Eager, a prefill is hundreds of launches, each paying the host's launch cost (about
+14 ms for any short prompt of Qwen3-0.6B on an H100, while every running sequence waits). With
+`staged_prefill` (on wherever steps are graphs) a prompt of T tokens runs as a CUDA graph of a
+batch-1 prefill over a length bucket (16, 32, 64, ... up to max_len) holding T: the prompt
+right-padded with id 0 in a static buffer, its length in another, written into a staging row
+of the cache (row `max_batch`, never a slot); then positions 0..T-1 of that row are copied into
+the slot's row, layer by layer. Padding rows come after every real row and attention is
+causal, so they never reach a real token; the logits are those of row T-1.
+
 Rows per call. Fused decode kernels may take a bounded number of rows per launch
 (`row_limit`); a step over more rows calls the model once per group of that many rows, each on
 a view of those cache rows, inside the same graph (each group reads the weights once).
@@ -87,6 +96,16 @@ def batch_buckets(max_batch: int) -> list[int]:
         sizes.append(b)
         b *= 2
     return [*sizes, max_batch]
+
+
+def prefill_buckets(max_len: int) -> list[int]:
+    """Prompt lengths the staged prefill pads to: 16, 32, 64, ... below max_len, then
+    max_len."""
+    sizes, n = [], 16
+    while n < max_len:
+        sizes.append(n)
+        n *= 2
+    return [*sizes, max_len]
 
 
 def row_limit(model: DecoderModel) -> int | None:
@@ -156,6 +175,7 @@ class BatchRunner:
         use_graph: bool | None = None,
         rows_per_call: int | None = None,
         seed: int = 0,
+        staged_prefill: bool | None = None,
     ) -> None:
         assert max_batch >= 1 and 1 <= max_len <= model.max_seq_len, (max_batch, max_len)
         dev = model.device
@@ -168,10 +188,18 @@ class BatchRunner:
         self.rows_per_call = rows_per_call or row_limit(model) or max_batch
         self.batch_sizes = batch_buckets(max_batch)
         self.bounds = context_buckets(max_len)
+        self.staged = self.use_graph if staged_prefill is None else staged_prefill
+        self.prefill_lens = prefill_buckets(max_len) if self.staged else []
         self.plan = check_kv_fits(
-            model, max_batch, max_len, sum(self.batch_sizes) * len(self.bounds)
+            model, max_batch, max_len, sum(self.batch_sizes) * len(self.bounds), int(self.staged)
         )
-        self.cache = model.new_cache(max_batch, max_len)
+        # rows 0..max_batch-1: the slots; row max_batch: the staged prefill's (if any)
+        self.cache = model.new_cache(max_batch + int(self.staged), max_len)
+        self._stage = cache_rows(self.cache, max_batch, max_batch + 1)
+        self._prompt = torch.zeros(1, max_len, dtype=torch.int64, device=dev)
+        self._prompt_len = torch.ones(1, dtype=torch.int64, device=dev)
+        self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._prefill_logits: dict[int, torch.Tensor] = {}
         self.tokens = torch.zeros(max_batch, dtype=torch.int64, device=dev)
         self.positions = torch.zeros(max_batch, dtype=torch.int32, device=dev)
         self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=dev)
@@ -200,7 +228,7 @@ class BatchRunner:
 
     @property
     def graph_count(self) -> int:
-        return len(self._graphs)
+        return len(self._graphs) + len(self._prefill_graphs)
 
     @property
     def free(self) -> int:
@@ -217,9 +245,12 @@ class BatchRunner:
         dev = self.model.device
         host = torch.tensor([ids], dtype=torch.int64)
         prompt = host.pin_memory().to(dev, non_blocking=True) if self.cuda else host
-        lengths = torch.full((1,), T, dtype=torch.int64, device=dev)
-        view = cache_rows(self.cache, slot, slot + 1)
-        logits = self.model.prefill(prompt, lengths, view)  # [1, V] float32
+        if self.staged:
+            logits = self._prefill_staged(prompt, slot)
+        else:
+            lengths = torch.full((1,), T, dtype=torch.int64, device=dev)
+            view = cache_rows(self.cache, slot, slot + 1)
+            logits = self.model.prefill(prompt, lengths, view)  # [1, V] float32
         self._set_params(slot, params)
         first = self._pick(logits, slot, slot + 1, [slot])  # [1]
         self.tokens[slot : slot + 1].copy_(first)
@@ -322,6 +353,29 @@ class BatchRunner:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _prefill_staged(self, prompt: torch.Tensor, slot: int) -> torch.Tensor:
+        """Prefill `prompt` [1, T] through its length bucket's graph (or the same padded
+        prefill eagerly) into the staging row, copy positions 0..T-1 into `slot`'s row, and
+        return the logits [1, V] (a view of the graph's output: read before the next one)."""
+        T = prompt.shape[1]
+        bucket = next(n for n in self.prefill_lens if n >= T)
+        self._prompt[:, :T].copy_(prompt)
+        self._prompt[:, T:bucket].zero_()
+        self._prompt_len.fill_(T)
+        graph = self._prefill_graphs.get(bucket)
+        if graph is not None:
+            graph.replay()
+            logits = self._prefill_logits[bucket]
+        else:
+            logits = self._prefill_body(bucket)
+        dst = [t[slot, :, :T] for t in (*self.cache.k, *self.cache.v)]
+        src = [t[0, :, :T] for t in (*self._stage.k, *self._stage.v)]
+        torch._foreach_copy_(dst, src)
+        return logits
+
+    def _prefill_body(self, bucket: int) -> torch.Tensor:
+        return self.model.prefill(self._prompt[:, :bucket], self._prompt_len, self._stage)
+
     def _bucket(self, rows: int) -> int:
         return next(b for b in self.batch_sizes if rows <= b)
 
@@ -379,6 +433,18 @@ class BatchRunner:
         batch first, so smaller graphs reuse its pool memory."""
         pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         stream = torch.cuda.Stream(device=self.model.device)
+        for bucket in reversed(self.prefill_lens):  # the longest first, as below
+            self._prompt_len.fill_(bucket)
+            for _ in range(WARMUP_STEPS):
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    self._prefill_body(bucket)
+                torch.cuda.current_stream().wait_stream(stream)
+            if self.use_graph:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self._prefill_logits[bucket] = self._prefill_body(bucket)
+                self._prefill_graphs[bucket] = graph
         for b in reversed(self.batch_sizes):
             for bound in self.bounds:
                 for kind in (GREEDY, LOGITS):

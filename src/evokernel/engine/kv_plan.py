@@ -5,10 +5,11 @@
 The cache holds `max_batch` sequences of `max_len` positions (engine/cache.py): 2 * L * Hkv *
 D * itemsize bytes per position per sequence (114,688 B for Qwen3-0.6B in bf16). Beside it the
 server needs working memory: one prefill of up to `max_len` tokens (the largest activations:
-the gate/up product, [T, 2I]) and the logits of the sampling graphs ([B, V] float32 per batch
-and context bucket), plus a fixed margin for the allocator and the CUDA graphs. On CUDA the
-budget is the free memory after the weights (`torch.cuda.mem_get_info`); on the CPU,
-MemAvailable. The error names both numbers and what would fit.
+the gate/up product, [T, 2I]), the prefill graphs' staging row of the cache, and the logits
+of the sampling graphs ([B, V] float32 per batch and context bucket), plus a fixed margin for
+the allocator and the CUDA graphs. On CUDA the budget is the free memory after the weights
+(`torch.cuda.mem_get_info`); on the CPU, MemAvailable. The error names both numbers and what
+would fit.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ class KVPlan:
         return self.cache_bytes + self.work_bytes <= self.free_bytes
 
 
-def plan_kv(model: DecoderModel, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
-    """`logits_rows`: rows of [*, V] float32 logits the sampling graphs keep."""
+def plan_kv(
+    model: DecoderModel, max_batch: int, max_len: int, logits_rows: int, staging_rows: int = 0
+) -> KVPlan:
+    """`logits_rows`: rows of [*, V] float32 logits the sampling graphs keep; `staging_rows`:
+    cache rows of `max_len` positions the prefill graphs write prompts into first."""
     cfg = model.cfg
     itemsize = torch.empty((), dtype=model.dtype).element_size()
     per_position = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * itemsize
@@ -47,13 +51,16 @@ def plan_kv(model: DecoderModel, max_batch: int, max_len: int, logits_rows: int)
         cfg.head_dim
     )
     prefill = max_len * (widest + 4 * cfg.hidden_size) * 4
-    work = MARGIN + prefill + logits_rows * cfg.vocab_size * 4
+    staging = staging_rows * per_position * max_len
+    work = MARGIN + prefill + staging + logits_rows * cfg.vocab_size * 4
     free, where = _free_bytes(model.device)
     return KVPlan(per_position, per_position * max_batch * max_len, work, free, where)
 
 
-def check_kv_fits(model: DecoderModel, max_batch: int, max_len: int, logits_rows: int) -> KVPlan:
-    plan = plan_kv(model, max_batch, max_len, logits_rows)
+def check_kv_fits(
+    model: DecoderModel, max_batch: int, max_len: int, logits_rows: int, staging_rows: int = 0
+) -> KVPlan:
+    plan = plan_kv(model, max_batch, max_len, logits_rows, staging_rows)
     if plan.fits:
         return plan
     room = max(0, plan.free_bytes - plan.work_bytes)

@@ -4,20 +4,22 @@ cores, which at B = 1 is the shorter path).
 
 At batch B > 1 a step still reads every weight once, but the CUDA-core kernels redo each
 weight tile's products row after row, each row's activations one L2 round trip after the
-last. Here program n owns output columns [n*BLOCK_N, +BLOCK_N) and computes them for the
-batch's rows in tiles of BLOCK_M (>= 16, rows past M masked to zero) as tensor-core dots in
-float32. A dot of a 16 x 16 output tile is one warp's chain of MMAs, one per 16 of K, each
-waiting for the last: so every chunk of K is cut into four slices whose dots are independent
-chains the warp interleaves (a quarter of the latency), then summed. Two shapes:
+last. Here program (n, s) owns output columns [n*BLOCK_N, +BLOCK_N) and the K slice
+[s*BLOCK_K, +BLOCK_K): its weight slab [BLOCK_N, BLOCK_K] is loaded once, before the PDL wait
+(as the one-row kernels do), and kept in registers while the program walks the batch's rows
+in tiles of BLOCK_M (>= 16, rows past M masked to zero), each tile's x slice one load,
+normalised in registers, one tensor-core dot in float32. Weights are read once whatever the
+batch. A dot of a 16 x 16 output tile is one warp's chain of MMAs, one per 16 of K, each
+waiting for the last: so the slab is cut into four sub-slices whose dots are independent
+chains the warp interleaves (a quarter of the latency), then summed.
 
-  WHOLE_K   the program's whole weight tile [BLOCK_N, K] is loaded once, before the PDL wait
-            (as the one-row kernels do), and kept in registers while the program walks the
-            batch's row tiles: each tile's x [BLOCK_M, K] is one load, normalised in
-            registers, one dot. Weights are read once whatever the batch.
-  else      (K too wide for registers) K is walked in BLOCK_K chunks, the first weight chunk
-            loaded before the PDL wait and the rest streamed through Triton's software
-            pipeline; the grid's second axis holds the row tiles (weights re-read per row
-            tile, mostly from L2); with NORM a first pass over x gives each row's 1/rms.
+  SPLIT == 1  (the whole K in one slab) the program applies the epilogue itself.
+  SPLIT > 1   (K split so that narrow N still fills the SMs) each program stores its float32
+              partial in part[s], then takes a ticket (an atomic add on ticket[n],
+              acquire-release at GPU scope, after a block barrier); the one that draws the
+              last resets the counter to 0, sums the SPLIT partials in slice order (the same
+              order whichever finishes last) and applies the epilogue. With NORM each program
+              first sums the squares of its rows' whole K (x is small and L2-hot).
 
   NORM       x rows RMS-normalised first, rounded as transformers rounds (to the dtype before
              and after the norm weight)
@@ -75,6 +77,15 @@ def _dot_t(x, w, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _dot_w(x, w, IEEE: tl.constexpr):
+    """Its transpose w @ x^T [BN, BM] in float32: the weights the MMA's row operand, so the
+    BLOCK_N rows spread over the warps (16 each)."""
+    if IEEE:
+        return tl.dot(w, tl.trans(x), input_precision="ieee")
+    return tl.dot(w, tl.trans(x))
+
+
+@triton.jit
 def _w4(w_ptr, cols_n, N, stride_w, k0, KS: tl.constexpr, K: tl.constexpr):
     """The four KS-wide slices of W[cols_n, k0 : k0 + 4 KS]."""
     offs = k0 + tl.arange(0, KS)
@@ -113,15 +124,24 @@ def _sumsq(a, b, c, d):
 @triton.jit
 def _dot4(
     xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS: tl.constexpr, K: tl.constexpr,
-    NORM: tl.constexpr, IEEE: tl.constexpr,
+    NORM: tl.constexpr, IEEE: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
-    """sum over the four slices of normed(x_s) @ w_s^T: four independent MMA chains."""
+    """sum over the four slices of normed(x_s) @ w_s^T [BM, BN]: four independent MMA
+    chains (SWAP: summed as [BN, BM], transposed once)."""
     offs = k0 + tl.arange(0, KS)
-    pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
-    pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
-    pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
-    pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
-    return (pa + pb) + (pc + pd)
+    if SWAP:
+        pa = _dot_w(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
+        pb = _dot_w(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
+        pc = _dot_w(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
+        pd = _dot_w(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
+        acc = tl.trans((pa + pb) + (pc + pd))
+    else:
+        pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
+        pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
+        pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
+        pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
+        acc = (pa + pb) + (pc + pd)
+    return acc
 
 
 @triton.jit
@@ -158,6 +178,13 @@ def _epilogue(
 
 
 @triton.jit
+def _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES: tl.constexpr):
+    """Split s's float32 partial [rows_m, cols_n] in part [SPLIT, TILES, M, N] (fewer than
+    2**31 elements: the launcher's rule)."""
+    return part_ptr + s * TILES * M * N + rows_m[:, None] * N + cols_n[None, :]
+
+
+@triton.jit
 def rows_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] (NORM)
@@ -166,6 +193,8 @@ def rows_gemv_kernel(
     out_ptr,  # [M, N] (EPILOGUE 0, 2), logits [M, N] float32 (EPILOGUE 3, WRITE_LOGITS)
     res_ptr,  # [M, N] the residual stream, updated in place (EPILOGUE 1)
     key_ptr,  # [M] int64 argmax keys (EPILOGUE 3, ARGMAX)
+    part_ptr,  # [SPLIT, TILES, M, N] float32 partials (SPLIT > 1)
+    ticket_ptr,  # [cdiv(N, BLOCK_N)] int32 counters, 0 at launch and after it (SPLIT > 1)
     M,
     N,
     stride_x,
@@ -176,66 +205,109 @@ def rows_gemv_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # WHOLE_K: next_pow2(K); else the chunk
-    WHOLE_K: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # the K slice a program holds (a power of two, four sub-slices)
+    SPLIT: tl.constexpr,  # cdiv(K, BLOCK_K): programs per column tile
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
     WRITE_LOGITS: tl.constexpr,
     ARGMAX: tl.constexpr,
     IEEE: tl.constexpr,
+    SWAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    col0 = tl.program_id(0) * BLOCK_N
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    col0 = pid_n * BLOCK_N
     cols_n = col0 + tl.arange(0, BLOCK_N)
-    KS: tl.constexpr = BLOCK_K // 4  # the slice width: a chunk is four slices
+    k0 = s * BLOCK_K
+    KS: tl.constexpr = BLOCK_K // 4  # a slab is four independent sub-slices
+    TILES: tl.constexpr = 2 if EPILOGUE == 2 else 1
     up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
     dtype = x_ptr.dtype.element_ty
-    wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, 0, KS, K)
+    wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, k0, KS, K)
     ua, ub, uc, ud = wa, wb, wc, wd
     if EPILOGUE == 2:
-        ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, 0, KS, K)
+        ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, k0, KS, K)
     bias = tl.zeros([BLOCK_N], tl.float32)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
 
-    if WHOLE_K:
-        for m0 in range(0, M, BLOCK_M):
-            rows_m = m0 + tl.arange(0, BLOCK_M)
-            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
-            rstd = tl.zeros([BLOCK_M], tl.float32)
-            if NORM:
-                rstd = tl.rsqrt(_sumsq(xa, xb, xc, xd) / K + eps)
-            acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-            acc_u = acc
-            if EPILOGUE == 2:
-                acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM,
-                              IEEE)  # fmt: skip
+    # Not software-pipelined: prefetching the next row tile's x would hold stages of it in
+    # shared memory and cut the programs an SM can hold (at M <= 16 there is no next tile).
+    for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+        rows_m = m0 + tl.arange(0, BLOCK_M)
+        xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+        if NORM:
+            if SPLIT == 1:
+                ss = _sumsq(xa, xb, xc, xd)
+            else:  # the row's whole K, slab by slab (x is small and L2-hot)
+                ss = tl.zeros([BLOCK_M], tl.float32)
+                for c in tl.range(0, K, BLOCK_K, num_stages=1):
+                    ya, yb, yc, yd = _x4(x_ptr, rows_m, M, stride_x, c, KS, K)
+                    ss += _sumsq(ya, yb, yc, yd)
+            rstd = tl.rsqrt(ss / K + eps)
+        acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS, K, NORM, IEEE,
+                    SWAP)  # fmt: skip
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
+                          IEEE, SWAP)  # fmt: skip
+        if SPLIT == 1:
             _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                       stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                       ARGMAX)  # fmt: skip
-    else:
-        rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rstd = tl.zeros([BLOCK_M], tl.float32)
-        if NORM:
-            for k0 in range(0, K, BLOCK_K):
-                xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
-                rstd += _sumsq(xa, xb, xc, xd)
-            rstd = tl.rsqrt(rstd / K + eps)
-        xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
-        acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-        acc_u = acc
-        if EPILOGUE == 2:
-            acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
-            wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, k0, KS, K)
-            acc += _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS, K, NORM, IEEE)
+        else:
+            live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+            dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
+            tl.store(dst, acc, mask=live)
             if EPILOGUE == 2:
-                ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, k0, KS, K)
-                acc_u += _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
-                               IEEE)  # fmt: skip
-        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
-                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
-                  ARGMAX)  # fmt: skip
+                tl.store(dst + M * N, acc_u, mask=live)
+
+    if SPLIT > 1:
+        tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT - 1:  # the last slice to finish sums them all, in slice order
+            tl.store(ticket_ptr + pid_n, 0)
+            for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+                rows_m = m0 + tl.arange(0, BLOCK_M)
+                live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+                acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for t in range(SPLIT):
+                    src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
+                    acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                    if EPILOGUE == 2:
+                        acc_u += tl.load(src + M * N, mask=live, other=0.0,
+                                         cache_modifier=".cg")  # fmt: skip
+                _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr,
+                          key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
+                          WRITE_LOGITS, ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def rows_norm_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [K]
+    out_ptr,  # [M, K]: round(round(x * rstd(x)) * w), as transformers rounds
+    stride_x,
+    stride_out,
+    eps,
+    K: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """One row's RMS norm ahead of the rows kernel (`rows_prenorm`): the batch's rows are
+    normalised once, not once per program of the GEMV that reads them."""
+    row = tl.program_id(0).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    pdl_enter(PDL)
+    x = tl.load(x_ptr + row * stride_x + ks, mask=ks < K, other=0.0)
+    dtype = x.dtype
+    x = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+    y = (x * rstd).to(dtype).to(tl.float32) * w
+    tl.store(out_ptr + row * stride_out + ks, y.to(dtype), mask=ks < K)

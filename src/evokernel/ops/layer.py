@@ -33,7 +33,7 @@ import triton
 
 from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
 from evokernel.kernels.gemv import gemv_add_kernel, norm_gate_up_kernel, norm_gemv_kernel
-from evokernel.kernels.rows import rows_gemv_kernel
+from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel
 
 
 def next_pow2(n):
@@ -65,47 +65,80 @@ def gemv_warps(block_n, block_k, tuning):
 
 
 def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) of the rows kernel (kernels/rows.py):
-    the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
-    `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
-    or the widest of 64..16 that still fills one wave of SMs."""
-    k_pow2 = max(64, next_pow2(K))  # four slices of at least 16 (a dot's smallest K)
-    per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
-    whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
-    block_n = tuning.rows_block_n or 64
+    """(BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, warps) of the rows kernel (kernels/rows.py).
+
+    Each program holds a [BLOCK_N, BLOCK_K] slab of the weights (`tiles` of them) in
+    registers: BLOCK_K the widest power of two up to `tuning.rows_block_k` (and K) whose
+    narrowest BLOCK_N fits `tuning.rows_tile_bytes`; BLOCK_N `tuning.rows_block_n`, or the
+    widest of 64..narrowest that fits the bytes and fills one wave of SMs with the SPLIT =
+    cdiv(K, BLOCK_K) slices of every column tile; where the narrowest still leaves SMs idle,
+    K is split finer (down to 64). The narrowest BLOCK_N is 16, or 16 per warp with
+    `rows_swap` (the weights are the MMA's row operand, 16 rows a warp). BLOCK_M: 16 up to
+    `tuning.rows_block_m` as M needs, while x's tile stays within half the weights' budget.
+    """
+    warps = tuning.rows_warps
+    narrow = 16 * warps if tuning.rows_swap else 16
+    k_pow2 = max(64, next_pow2(K))  # four sub-slices of at least 16 (a dot's smallest K)
+    block_k = max(64, min(k_pow2, tuning.rows_block_k, 2048))
+    while block_k > 64 and narrow * block_k * itemsize * tiles > tuning.rows_tile_bytes:
+        block_k //= 2
+    sms = sm_count(device)
+    block_n = tuning.rows_block_n or max(64, narrow)
     if not tuning.rows_block_n:
-        while block_n > 16 and (
-            triton.cdiv(N, block_n) < sm_count(device)
-            or (whole and block_n * per_col > tuning.rows_tile_bytes)
+        while block_n > narrow and (
+            triton.cdiv(N, block_n) * triton.cdiv(K, block_k) < sms
+            or block_n * block_k * itemsize * tiles > tuning.rows_tile_bytes
         ):
             block_n //= 2
-    whole = whole and block_n * per_col <= tuning.rows_tile_bytes
-    block_m = 16 if whole else min(64, max(16, next_pow2(M)))
-    block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
-    warps = tuning.rows_warps
-    return block_m, block_n, block_k, whole, warps
+        while block_k > 64 and triton.cdiv(N, block_n) * triton.cdiv(K, block_k) < sms:
+            block_k //= 2
+    block_m = min(tuning.rows_block_m, max(16, next_pow2(M)))
+    while block_m > 16 and block_m * block_k * itemsize > tuning.rows_tile_bytes // 2:
+        block_m //= 2  # x's tile within half the weights' register budget
+    return block_m, block_n, block_k, triton.cdiv(K, block_k), warps
+
+
+def _rows_prenormed(x, norm_weight, eps, tuning):
+    """x's rows RMS-normalised once (kernels/rows.py `rows_norm_kernel`), for a rows launch
+    that then reads them as they are."""
+    M, K = x.shape
+    out = torch.empty_like(x)
+    block_k = next_pow2(K)
+    rows_norm_kernel[(M,)](
+        x, norm_weight, out, x.stride(0), out.stride(0), eps, K=K, BLOCK_K=block_k,
+        PDL=tuning.pdl, num_warps=min(max(block_k // 256, 1), 8), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return out
 
 
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
-    """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue."""
+    """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
+    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
+        x = _rows_prenormed(x, norm_weight, eps, tuning)
+        norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    block_m, block_n, block_k, whole, warps = rows_blocks(
+    block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles
     )
     dummy = x  # pointer arguments a switch leaves unused
-    m_tiles = 1 if whole else triton.cdiv(M, block_m)
-    rows_gemv_kernel[(triton.cdiv(n_out, block_n), m_tiles)](
+    n_tiles = triton.cdiv(n_out, block_n)
+    part, tickets = dummy, dummy
+    if split > 1:
+        part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
+        tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
+    rows_gemv_kernel[(n_tiles, split)](
         x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
         out if out is not None else dummy, residual if residual is not None else dummy,
-        keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
-        out.stride(0) if out is not None else 0,
+        keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
+        weight.stride(0), out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WHOLE_K=whole, NORM=norm,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, NORM=norm,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
-        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
-        num_warps=warps, launch_pdl=tuning.pdl,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, SWAP=tuning.rows_swap,
+        PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 

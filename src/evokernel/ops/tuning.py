@@ -21,11 +21,14 @@ class DecodeTuning(NamedTuple):
     pdl: bool = False  # programmatic dependent launch (sm_90+)
     tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
-    rows_min: int = 5  # from this many rows the tensor-core rows kernel (kernels/rows.py)
+    rows_min: int = 3  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
-    rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
-    rows_block_k: int = 256  # its K chunk where the whole K does not fit (four slices, >= 64)
-    rows_warps: int = 4
+    rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers
+    rows_block_k: int = 1024  # the widest K slice a program holds (K split over programs)
+    rows_warps: int = 2
+    rows_swap: bool = True  # its MMA's row operand the weights (BLOCK_N >= 16 per warp)
+    rows_block_m: int = 64  # its widest tile of batch rows (16..64; fewer rows, narrower)
+    rows_prenorm: int = 2  # normalise x once ahead of it: 0 never, 1 the head, 2 every op
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -72,6 +75,7 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.combine_warps in (1, 2, 4, 8), "combine_warps"
     assert t.rows_min >= 1 and t.rows_warps in (1, 2, 4, 8), "rows_min/rows_warps"
     assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 64, "rows blocks"
+    assert t.rows_prenorm in (0, 1, 2) and t.rows_block_m in (16, 32, 64), "rows_prenorm/m"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
     return t
 

@@ -31,11 +31,14 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 PDL = True
 TILE_BYTES = 32768  # tune: 16384, 32768, 65536
 GEMV_WARPS = 0  # tune: 0, 4, 8
-ROWS_MIN = 5  # tune: 2, 3, 5, 9
+ROWS_MIN = 3  # tune: 2, 3, 5, 9
 ROWS_BLOCK_N = 0  # tune: 0, 16, 32, 64
 ROWS_TILE_BYTES = 65536  # tune: 32768, 65536, 131072
-ROWS_BLOCK_K = 256  # tune: 128, 256, 512
-ROWS_WARPS = 4  # tune: 4, 8
+ROWS_BLOCK_K = 1024  # tune: 256, 512, 1024, 2048
+ROWS_WARPS = 2  # tune: 1, 2, 4
+ROWS_SWAP = True  # tune: False, True
+ROWS_BLOCK_M = 64  # tune: 16, 32, 64
+ROWS_PRENORM = 2  # tune: 0, 1, 2
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -233,6 +236,15 @@ def _dot_t(x, w, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _dot_w(x, w, IEEE: tl.constexpr):
+    """Its transpose w @ x^T [BN, BM] in float32: the weights the MMA's row operand, so the
+    BLOCK_N rows spread over the warps (16 each)."""
+    if IEEE:
+        return tl.dot(w, tl.trans(x), input_precision="ieee")
+    return tl.dot(w, tl.trans(x))
+
+
+@triton.jit
 def _w4(w_ptr, cols_n, N, stride_w, k0, KS: tl.constexpr, K: tl.constexpr):
     """The four KS-wide slices of W[cols_n, k0 : k0 + 4 KS]."""
     offs = k0 + tl.arange(0, KS)
@@ -271,15 +283,24 @@ def _sumsq(a, b, c, d):
 @triton.jit
 def _dot4(
     xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS: tl.constexpr, K: tl.constexpr,
-    NORM: tl.constexpr, IEEE: tl.constexpr,
+    NORM: tl.constexpr, IEEE: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
-    """sum over the four slices of normed(x_s) @ w_s^T: four independent MMA chains."""
+    """sum over the four slices of normed(x_s) @ w_s^T [BM, BN]: four independent MMA
+    chains (SWAP: summed as [BN, BM], transposed once)."""
     offs = k0 + tl.arange(0, KS)
-    pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
-    pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
-    pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
-    pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
-    return (pa + pb) + (pc + pd)
+    if SWAP:
+        pa = _dot_w(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
+        pb = _dot_w(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
+        pc = _dot_w(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
+        pd = _dot_w(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
+        acc = tl.trans((pa + pb) + (pc + pd))
+    else:
+        pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
+        pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
+        pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
+        pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
+        acc = (pa + pb) + (pc + pd)
+    return acc
 
 
 @triton.jit
@@ -316,6 +337,13 @@ def _epilogue(
 
 
 @triton.jit
+def _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES: tl.constexpr):
+    """Split s's float32 partial [rows_m, cols_n] in part [SPLIT, TILES, M, N] (fewer than
+    2**31 elements: the launcher's rule)."""
+    return part_ptr + s * TILES * M * N + rows_m[:, None] * N + cols_n[None, :]
+
+
+@triton.jit
 def rows_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] (NORM)
@@ -324,6 +352,8 @@ def rows_gemv_kernel(
     out_ptr,  # [M, N] (EPILOGUE 0, 2), logits [M, N] float32 (EPILOGUE 3, WRITE_LOGITS)
     res_ptr,  # [M, N] the residual stream, updated in place (EPILOGUE 1)
     key_ptr,  # [M] int64 argmax keys (EPILOGUE 3, ARGMAX)
+    part_ptr,  # [SPLIT, TILES, M, N] float32 partials (SPLIT > 1)
+    ticket_ptr,  # [cdiv(N, BLOCK_N)] int32 counters, 0 at launch and after it (SPLIT > 1)
     M,
     N,
     stride_x,
@@ -334,69 +364,112 @@ def rows_gemv_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # WHOLE_K: next_pow2(K); else the chunk
-    WHOLE_K: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # the K slice a program holds (a power of two, four sub-slices)
+    SPLIT: tl.constexpr,  # cdiv(K, BLOCK_K): programs per column tile
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
     WRITE_LOGITS: tl.constexpr,
     ARGMAX: tl.constexpr,
     IEEE: tl.constexpr,
+    SWAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    col0 = tl.program_id(0) * BLOCK_N
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    col0 = pid_n * BLOCK_N
     cols_n = col0 + tl.arange(0, BLOCK_N)
-    KS: tl.constexpr = BLOCK_K // 4  # the slice width: a chunk is four slices
+    k0 = s * BLOCK_K
+    KS: tl.constexpr = BLOCK_K // 4  # a slab is four independent sub-slices
+    TILES: tl.constexpr = 2 if EPILOGUE == 2 else 1
     up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
     dtype = x_ptr.dtype.element_ty
-    wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, 0, KS, K)
+    wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, k0, KS, K)
     ua, ub, uc, ud = wa, wb, wc, wd
     if EPILOGUE == 2:
-        ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, 0, KS, K)
+        ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, k0, KS, K)
     bias = tl.zeros([BLOCK_N], tl.float32)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
     pdl_enter(PDL)
 
-    if WHOLE_K:
-        for m0 in range(0, M, BLOCK_M):
-            rows_m = m0 + tl.arange(0, BLOCK_M)
-            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
-            rstd = tl.zeros([BLOCK_M], tl.float32)
-            if NORM:
-                rstd = tl.rsqrt(_sumsq(xa, xb, xc, xd) / K + eps)
-            acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-            acc_u = acc
-            if EPILOGUE == 2:
-                acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM,
-                              IEEE)  # fmt: skip
+    # Not software-pipelined: prefetching the next row tile's x would hold stages of it in
+    # shared memory and cut the programs an SM can hold (at M <= 16 there is no next tile).
+    for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+        rows_m = m0 + tl.arange(0, BLOCK_M)
+        xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
+        rstd = tl.zeros([BLOCK_M], tl.float32)
+        if NORM:
+            if SPLIT == 1:
+                ss = _sumsq(xa, xb, xc, xd)
+            else:  # the row's whole K, slab by slab (x is small and L2-hot)
+                ss = tl.zeros([BLOCK_M], tl.float32)
+                for c in tl.range(0, K, BLOCK_K, num_stages=1):
+                    ya, yb, yc, yd = _x4(x_ptr, rows_m, M, stride_x, c, KS, K)
+                    ss += _sumsq(ya, yb, yc, yd)
+            rstd = tl.rsqrt(ss / K + eps)
+        acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS, K, NORM, IEEE,
+                    SWAP)  # fmt: skip
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
+                          IEEE, SWAP)  # fmt: skip
+        if SPLIT == 1:
             _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                       stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                       ARGMAX)  # fmt: skip
-    else:
-        rows_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rstd = tl.zeros([BLOCK_M], tl.float32)
-        if NORM:
-            for k0 in range(0, K, BLOCK_K):
-                xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
-                rstd += _sumsq(xa, xb, xc, xd)
-            rstd = tl.rsqrt(rstd / K + eps)
-        xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, 0, KS, K)
-        acc = _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-        acc_u = acc
-        if EPILOGUE == 2:
-            acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, 0, KS, K, NORM, IEEE)
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
-            wa, wb, wc, wd = _w4(w_ptr, cols_n, N, stride_w, k0, KS, K)
-            acc += _dot4(xa, xb, xc, xd, wa, wb, wc, wd, norm_ptr, rstd, k0, KS, K, NORM, IEEE)
+        else:
+            live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+            dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
+            tl.store(dst, acc, mask=live)
             if EPILOGUE == 2:
-                ua, ub, uc, ud = _w4(up_ptr, cols_n, N, stride_w, k0, KS, K)
-                acc_u += _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
-                               IEEE)  # fmt: skip
-        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
-                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
-                  ARGMAX)  # fmt: skip
+                tl.store(dst + M * N, acc_u, mask=live)
+
+    if SPLIT > 1:
+        tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT - 1:  # the last slice to finish sums them all, in slice order
+            tl.store(ticket_ptr + pid_n, 0)
+            for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+                rows_m = m0 + tl.arange(0, BLOCK_M)
+                live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+                acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for t in range(SPLIT):
+                    src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
+                    acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                    if EPILOGUE == 2:
+                        acc_u += tl.load(src + M * N, mask=live, other=0.0,
+                                         cache_modifier=".cg")  # fmt: skip
+                _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr,
+                          key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
+                          WRITE_LOGITS, ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def rows_norm_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [K]
+    out_ptr,  # [M, K]: round(round(x * rstd(x)) * w), as transformers rounds
+    stride_x,
+    stride_out,
+    eps,
+    K: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """One row's RMS norm ahead of the rows kernel (`rows_prenorm`): the batch's rows are
+    normalised once, not once per program of the GEMV that reads them."""
+    row = tl.program_id(0).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    pdl_enter(PDL)
+    x = tl.load(x_ptr + row * stride_x + ks, mask=ks < K, other=0.0)
+    dtype = x.dtype
+    x = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+    y = (x * rstd).to(dtype).to(tl.float32) * w
+    tl.store(out_ptr + row * stride_out + ks, y.to(dtype), mask=ks < K)
 
 
 @triton.jit
@@ -717,11 +790,14 @@ class DecodeTuning(NamedTuple):
     pdl: bool = False  # programmatic dependent launch (sm_90+)
     tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
-    rows_min: int = 5  # from this many rows the tensor-core rows kernel (kernels/rows.py)
+    rows_min: int = 3  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
-    rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers (whole K)
-    rows_block_k: int = 256  # its K chunk where the whole K does not fit (four slices, >= 64)
-    rows_warps: int = 4
+    rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers
+    rows_block_k: int = 1024  # the widest K slice a program holds (K split over programs)
+    rows_warps: int = 2
+    rows_swap: bool = True  # its MMA's row operand the weights (BLOCK_N >= 16 per warp)
+    rows_block_m: int = 64  # its widest tile of batch rows (16..64; fewer rows, narrower)
+    rows_prenorm: int = 2  # normalise x once ahead of it: 0 never, 1 the head, 2 every op
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -784,47 +860,80 @@ def gemv_warps(block_n, block_k, tuning):
 
 
 def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, WHOLE_K, warps) of the rows kernel (kernels/rows.py):
-    the whole K in registers where BLOCK_N rows of it (`tiles` weight tiles) fit
-    `tuning.rows_tile_bytes`, else K in `rows_block_k` chunks; BLOCK_N `tuning.rows_block_n`
-    or the widest of 64..16 that still fills one wave of SMs."""
-    k_pow2 = max(64, next_pow2(K))  # four slices of at least 16 (a dot's smallest K)
-    per_col = k_pow2 * itemsize * tiles  # weight bytes per output column, the whole K
-    whole = 16 * per_col <= tuning.rows_tile_bytes and 16 * k_pow2 <= 32768
-    block_n = tuning.rows_block_n or 64
+    """(BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, warps) of the rows kernel (kernels/rows.py).
+
+    Each program holds a [BLOCK_N, BLOCK_K] slab of the weights (`tiles` of them) in
+    registers: BLOCK_K the widest power of two up to `tuning.rows_block_k` (and K) whose
+    narrowest BLOCK_N fits `tuning.rows_tile_bytes`; BLOCK_N `tuning.rows_block_n`, or the
+    widest of 64..narrowest that fits the bytes and fills one wave of SMs with the SPLIT =
+    cdiv(K, BLOCK_K) slices of every column tile; where the narrowest still leaves SMs idle,
+    K is split finer (down to 64). The narrowest BLOCK_N is 16, or 16 per warp with
+    `rows_swap` (the weights are the MMA's row operand, 16 rows a warp). BLOCK_M: 16 up to
+    `tuning.rows_block_m` as M needs, while x's tile stays within half the weights' budget.
+    """
+    warps = tuning.rows_warps
+    narrow = 16 * warps if tuning.rows_swap else 16
+    k_pow2 = max(64, next_pow2(K))  # four sub-slices of at least 16 (a dot's smallest K)
+    block_k = max(64, min(k_pow2, tuning.rows_block_k, 2048))
+    while block_k > 64 and narrow * block_k * itemsize * tiles > tuning.rows_tile_bytes:
+        block_k //= 2
+    sms = sm_count(device)
+    block_n = tuning.rows_block_n or max(64, narrow)
     if not tuning.rows_block_n:
-        while block_n > 16 and (
-            triton.cdiv(N, block_n) < sm_count(device)
-            or (whole and block_n * per_col > tuning.rows_tile_bytes)
+        while block_n > narrow and (
+            triton.cdiv(N, block_n) * triton.cdiv(K, block_k) < sms
+            or block_n * block_k * itemsize * tiles > tuning.rows_tile_bytes
         ):
             block_n //= 2
-    whole = whole and block_n * per_col <= tuning.rows_tile_bytes
-    block_m = 16 if whole else min(64, max(16, next_pow2(M)))
-    block_k = k_pow2 if whole else max(64, min(tuning.rows_block_k, k_pow2))
-    warps = tuning.rows_warps
-    return block_m, block_n, block_k, whole, warps
+        while block_k > 64 and triton.cdiv(N, block_n) * triton.cdiv(K, block_k) < sms:
+            block_k //= 2
+    block_m = min(tuning.rows_block_m, max(16, next_pow2(M)))
+    while block_m > 16 and block_m * block_k * itemsize > tuning.rows_tile_bytes // 2:
+        block_m //= 2  # x's tile within half the weights' register budget
+    return block_m, block_n, block_k, triton.cdiv(K, block_k), warps
+
+
+def _rows_prenormed(x, norm_weight, eps, tuning):
+    """x's rows RMS-normalised once (kernels/rows.py `rows_norm_kernel`), for a rows launch
+    that then reads them as they are."""
+    M, K = x.shape
+    out = torch.empty_like(x)
+    block_k = next_pow2(K)
+    rows_norm_kernel[(M,)](
+        x, norm_weight, out, x.stride(0), out.stride(0), eps, K=K, BLOCK_K=block_k,
+        PDL=tuning.pdl, num_warps=min(max(block_k // 256, 1), 8), launch_pdl=tuning.pdl,
+    )  # fmt: skip
+    return out
 
 
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
-    """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue."""
+    """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
+    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
+        x = _rows_prenormed(x, norm_weight, eps, tuning)
+        norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    block_m, block_n, block_k, whole, warps = rows_blocks(
+    block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles
     )
     dummy = x  # pointer arguments a switch leaves unused
-    m_tiles = 1 if whole else triton.cdiv(M, block_m)
-    rows_gemv_kernel[(triton.cdiv(n_out, block_n), m_tiles)](
+    n_tiles = triton.cdiv(n_out, block_n)
+    part, tickets = dummy, dummy
+    if split > 1:
+        part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
+        tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
+    rows_gemv_kernel[(n_tiles, split)](
         x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
         out if out is not None else dummy, residual if residual is not None else dummy,
-        keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
-        out.stride(0) if out is not None else 0,
+        keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
+        weight.stride(0), out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, WHOLE_K=whole, NORM=norm,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, NORM=norm,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
-        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
-        num_warps=warps, launch_pdl=tuning.pdl,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, SWAP=tuning.rows_swap,
+        PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 
@@ -961,6 +1070,9 @@ def _tuning():
         rows_tile_bytes=ROWS_TILE_BYTES,
         rows_block_k=ROWS_BLOCK_K,
         rows_warps=ROWS_WARPS,
+        rows_swap=ROWS_SWAP,
+        rows_block_m=ROWS_BLOCK_M,
+        rows_prenorm=ROWS_PRENORM,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
