@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from evokernel.kernels.gemv import argmax_key
+from evokernel.kernels.norm import _store_normed
 from evokernel.kernels.overlap import pdl_enter
 
 
@@ -300,14 +301,11 @@ def rows_norm_kernel(
     PDL: tl.constexpr,
 ):
     """One row's RMS norm ahead of the rows kernel (`rows_prenorm`): the batch's rows are
-    normalised once, not once per program of the GEMV that reads them."""
+    normalised once, not once per program of the GEMV that reads them (kernels/norm.py's
+    rounding, behind the PDL wait)."""
     row = tl.program_id(0).to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
-    w = tl.load(w_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    mask = ks < K
     pdl_enter(PDL)
-    x = tl.load(x_ptr + row * stride_x + ks, mask=ks < K, other=0.0)
-    dtype = x.dtype
-    x = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    y = (x * rstd).to(dtype).to(tl.float32) * w
-    tl.store(out_ptr + row * stride_out + ks, y.to(dtype), mask=ks < K)
+    x = tl.load(x_ptr + row * stride_x + ks, mask=mask, other=0.0).to(tl.float32)
+    _store_normed(x, w_ptr, out_ptr + row * stride_out, ks, mask, K, eps)

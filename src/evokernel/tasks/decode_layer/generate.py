@@ -6,7 +6,7 @@
 The seed is one self-contained candidate file (its imports limited to torch, triton, math,
 functools and typing) holding exactly the engine's decode layer: the launchers of
 ops/layer.py, the `DecodeTuning` record of ops/tuning.py and every kernel they launch
-(kernels/overlap.py, gemv.py, rows.py, attention.py), each copied verbatim by name, the
+(kernels/overlap.py, norm.py, gemv.py, rows.py, attention.py), each copied verbatim by name, the
 transitive closure of what the launchers reference. Around them it adds only:
   * the knobs: one module-level constant per `DecodeTuning` field, with the declared values
     `tune` searches (`KNOBS`), inside the EVOLVE-BLOCK;
@@ -37,6 +37,7 @@ SEED = Path(__file__).with_name("seed.py")
 # Source modules in the order their definitions appear in the seed (kernels first).
 SOURCES = (
     "kernels/overlap.py",
+    "kernels/norm.py",
     "kernels/gemv.py",
     "kernels/rows.py",
     "kernels/attention.py",

@@ -61,6 +61,15 @@ def pdl_enter(PDL: tl.constexpr):
 
 
 @triton.jit
+def _store_normed(x, w_ptr, out_row_ptr, cols, mask, H, eps):
+    """out = round(x * rstd(x)) * w, as transformers rounds: x [BLOCK_H] float32, one row."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + eps)
+    y = (x * rstd).to(out_row_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_row_ptr + cols, (y * w).to(out_row_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _weight_tile(w_ptr, rows, N, stride_w, K: tl.constexpr, BLOCK_K: tl.constexpr):
     """W[rows, :K] as a [BLOCK_N, BLOCK_K] tile in the weight dtype (masked rows/cols are 0)."""
     cols = tl.arange(0, BLOCK_K)
@@ -459,17 +468,14 @@ def rows_norm_kernel(
     PDL: tl.constexpr,
 ):
     """One row's RMS norm ahead of the rows kernel (`rows_prenorm`): the batch's rows are
-    normalised once, not once per program of the GEMV that reads them."""
+    normalised once, not once per program of the GEMV that reads them (kernels/norm.py's
+    rounding, behind the PDL wait)."""
     row = tl.program_id(0).to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
-    w = tl.load(w_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    mask = ks < K
     pdl_enter(PDL)
-    x = tl.load(x_ptr + row * stride_x + ks, mask=ks < K, other=0.0)
-    dtype = x.dtype
-    x = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    y = (x * rstd).to(dtype).to(tl.float32) * w
-    tl.store(out_ptr + row * stride_out + ks, y.to(dtype), mask=ks < K)
+    x = tl.load(x_ptr + row * stride_x + ks, mask=mask, other=0.0).to(tl.float32)
+    _store_normed(x, w_ptr, out_ptr + row * stride_out, ks, mask, K, eps)
 
 
 @triton.jit
