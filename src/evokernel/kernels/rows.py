@@ -70,20 +70,20 @@ def _normed(x, norm_ptr, rstd, ks, K: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _dot_t(x, w, IEEE: tl.constexpr):
-    """x [BM, BK] @ w [BN, BK]^T in float32."""
+def _slice_dot(x, w, IEEE: tl.constexpr, SWAP: tl.constexpr):
+    """x [BM, BK] @ w [BN, BK]^T in float32; SWAP: its transpose w @ x^T [BN, BM], the weights
+    the MMA's row operand, so the BLOCK_N rows spread over the warps (16 each)."""
+    if SWAP:
+        a = w
+        b = tl.trans(x)
+    else:
+        a = x
+        b = tl.trans(w)
     if IEEE:
-        return tl.dot(x, tl.trans(w), input_precision="ieee")
-    return tl.dot(x, tl.trans(w))
-
-
-@triton.jit
-def _dot_w(x, w, IEEE: tl.constexpr):
-    """Its transpose w @ x^T [BN, BM] in float32: the weights the MMA's row operand, so the
-    BLOCK_N rows spread over the warps (16 each)."""
-    if IEEE:
-        return tl.dot(w, tl.trans(x), input_precision="ieee")
-    return tl.dot(w, tl.trans(x))
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
 
 
 @triton.jit
@@ -130,18 +130,13 @@ def _dot4(
     """sum over the four slices of normed(x_s) @ w_s^T [BM, BN]: four independent MMA
     chains (SWAP: summed as [BN, BM], transposed once)."""
     offs = k0 + tl.arange(0, KS)
+    pa = _slice_dot(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE, SWAP)
+    pb = _slice_dot(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE, SWAP)
+    pc = _slice_dot(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE, SWAP)
+    pd = _slice_dot(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE, SWAP)
+    acc = (pa + pb) + (pc + pd)
     if SWAP:
-        pa = _dot_w(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
-        pb = _dot_w(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
-        pc = _dot_w(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
-        pd = _dot_w(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
-        acc = tl.trans((pa + pb) + (pc + pd))
-    else:
-        pa = _dot_t(_normed(xa, norm_ptr, rstd, offs, K, NORM), wa, IEEE)
-        pb = _dot_t(_normed(xb, norm_ptr, rstd, offs + KS, K, NORM), wb, IEEE)
-        pc = _dot_t(_normed(xc, norm_ptr, rstd, offs + 2 * KS, K, NORM), wc, IEEE)
-        pd = _dot_t(_normed(xd, norm_ptr, rstd, offs + 3 * KS, K, NORM), wd, IEEE)
-        acc = (pa + pb) + (pc + pd)
+        acc = tl.trans(acc)
     return acc
 
 
