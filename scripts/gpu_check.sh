@@ -8,7 +8,9 @@
 # Sections: env tests engine stages sync evaluator evolve (sync: what a dependency between
 # decode stages costs, bench/sync_costs.py), and, not in the default list: families (verify +
 # bench per model family, scripts/gpu/families_check.sh), batch (batched decode throughput and
-# greedy agreement, scripts/gpu/batch_decode.py), trees (this tree's engine against $OLD's,
+# greedy agreement, scripts/gpu/batch_decode.py), serve (`evokernel bench serve`, defaults, with
+# SERVE_ARGS as its --serve-args; needs the serve extra importable: Starlette, uvicorn,
+# pydantic, prometheus-client, httpx), trees (this tree's engine against $OLD's,
 # scripts/gpu/trees_check.sh), and of about 6 minutes each: bench (the decode benchmark's full suite) and throughput (the
 # evaluator's throughput and false rejections over both tasks' knob spaces), and layer (the
 # decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call).
@@ -65,7 +67,9 @@ for s in "${sections[@]}"; do
     batch) checkpoint && run_section batch $PY scripts/gpu/batch_decode.py --model "$CKPT" \
              --out "$OUT/batch_decode.json" ;;
     trees) run_section trees bash scripts/gpu/trees_check.sh ;;
-    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer families batch trees)"
+    serve) checkpoint && run_section serve $PY -m evokernel bench serve --model "$CKPT" \
+             --device cuda --out "$OUT/bench_serve.json" --serve-args "${SERVE_ARGS:-}" ;;
+    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer families batch trees serve)"
        exit 2 ;;
   esac
 done

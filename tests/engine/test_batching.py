@@ -97,6 +97,25 @@ def test_staged_prefill_pads_to_its_bucket_and_changes_nothing(model):
             assert plain.step().wait().tokens == staged.step().wait().tokens
 
 
+def test_the_work_clock_counts_each_launch_with_its_used_and_computed_units(model):
+    """Prefills count prompt tokens used and the length bucket computed; steps count active
+    rows and the batch bucket; the device (here host) time adds up."""
+    runner = BatchRunner(model, 4, MAX_LEN, staged_prefill=True)
+    with torch.inference_mode():
+        for p in ([5] * 3, [7] * 20, [9] * 2):
+            runner.admit(p, GREEDY)[1].wait()
+        runner.release(1)  # slots 0 and 2 active: bucket 4
+        for _ in range(3):
+            runner.step().wait()
+    runner.clock.collect()
+    totals = runner.clock.snapshot()
+    assert set(totals) == {"prefill", "decode"}
+    pre, dec = totals["prefill"], totals["decode"]
+    assert (pre["launches"], pre["units"], pre["padded"]) == (3, 25, 16 + 32 + 16)
+    assert (dec["launches"], dec["units"], dec["padded"]) == (3, 6, 12)
+    assert pre["seconds"] > 0 and dec["seconds"] > 0
+
+
 def test_compaction_moves_a_sequence_down_and_it_continues_unchanged(model):
     ps = prompts(5, seed=1)
     runner = BatchRunner(model, 8, MAX_LEN)

@@ -30,6 +30,8 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
         "8",
         "--rounds",
         "2",
+        "--serve-args",
+        "--prefill-budget 16",
         "--out",
         str(out),
     ]
@@ -47,10 +49,19 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
         assert row["concurrency"] == n and row["errors"] == 0
         assert row["requests"] == 2 * n and row["tokens"] == row["usage_tokens"] == 2 * n * 8
         assert row["ttft_ms_p50"] > 0 and row["itl_ms_p50"] >= 0
+        e = row["engine"]  # where the time went, from /metrics around the load
+        assert e["step_ms"] > 0 and 1 <= e["rows_per_step"] <= e["bucket_rows_per_step"] <= 3
+        assert e["prefill_ms"] > 0 and e["prefill_padding"] == 1.0  # CPU: prompts unpadded
+        assert 0 < e["decode_share"] + e["prefill_share"] <= 1.05
+        assert e["engine_cpu"] > 0 and e["http_cpu"] > 0
+        assert e["host_ms_per_turn"] > 0 and set(e["host_us_per_turn"]) >= {"admit", "wait"}
+    assert "--prefill-budget 16" in doc["server_command"]
+    assert "(shares: of the wall time)" in run.stdout
     assert [r["prompt_len"] for r in doc["baseline"]["rows"]] == [5, 30]
     assert "single_stream_vs_generate" in doc["summary"]
     rows = list(csv.DictReader(out.with_suffix(".csv").open()))
     assert [r["concurrency"] for r in rows] == ["1", "3"]
+    assert float(rows[0]["engine_step_ms"]) > 0
     assert "CPU: a correctness run" in run.stdout
 
     page = subprocess.run(
@@ -62,4 +73,17 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
     assert page.returncode == 0, page.stderr
     html = out.with_suffix(".html").read_text()
     assert "Serving benchmark" in html and "Inter-token latency" in html and "<svg" in html
-    assert "not a speed claim" in html
+    assert "not a speed claim" in html and "Where the time went" in html
+
+
+def test_bench_serve_refuses_serve_args_it_sets_itself(tiny_chat, tmp_path):
+    cmd = [sys.executable, "-m", "evokernel", "bench", "serve", "--model", str(tiny_chat)]
+    run = subprocess.run(
+        [*cmd, "--device", "cpu", "--serve-args", "--max-batch=4 --port 9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert "--serve-args may not set --max-batch, --port" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -224,5 +224,16 @@ def test_metrics_count_requests_and_tokens(server, client):
     ):
         value = re.search(rf"^{name} (\S+)$", text, re.M)
         assert value and float(value[1]) > 0, name
+    for series in (
+        'evokernel_engine_launches_total{work="decode"}',
+        'evokernel_engine_launches_total{work="prefill"}',
+        'evokernel_engine_units_total{kind="used",work="prefill"}',
+        'evokernel_engine_device_seconds_total{work="decode"}',
+        "evokernel_engine_busy_seconds_total",
+        "evokernel_engine_cpu_seconds_total",
+        "process_cpu_seconds_total",
+    ):
+        value = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+        assert value and float(value[1]) > 0, series
     assert re.search(r"^evokernel_queue_depth 0\.0$", text, re.M)
     assert re.search(r"^evokernel_batch_capacity 8\.0$", text, re.M)

@@ -12,7 +12,9 @@ In one run:
   4. the server is stopped with SIGTERM.
 Per concurrency: aggregate tok/s (tokens received / first send to last token), the median
 per-stream decode rate (tokens after the first / their span), TTFT P50/P99 (send to first
-token) and inter-token latency P50/P99 (gaps between a request's events), requests and errors.
+token) and inter-token latency P50/P99 (gaps between a request's events), requests and errors,
+and where the time went (`engine`: device time in decode steps and prefills, rows per step,
+prefill speed, CPU of each process; bench/serve_accounts.py, from `/metrics` around the load).
 The summary compares: single-stream tok/s through the server against `generate`'s decode
 tok/s, aggregate tok/s at each N against N = 1, TTFT P50 at N = 1 against `generate`'s prefill
 time per prompt length. Writes JSON (kind "evokernel-bench-serve", schema 1) and CSV.
@@ -34,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from evokernel.bench.serve_accounts import FIELDS as ENGINE_FIELDS
+from evokernel.bench.serve_accounts import accounts, scrape
 from evokernel.bench.serve_load import RequestRecord, drive
 from evokernel.errors import EvokernelError
 
@@ -52,6 +56,7 @@ COLUMNS = (
     "ttft_ms_p99",
     "itl_ms_p50",
     "itl_ms_p99",
+    *(f"engine_{f}" for f in ENGINE_FIELDS),
 )
 
 
@@ -64,7 +69,8 @@ class ServeBenchOptions:
     prompt_lens: tuple[int, ...] = (32, 256, 1024)
     max_tokens: int = 128
     rounds: int = 3
-    server_args: tuple[str, ...] = ()  # further `serve` flags (--ops, --dtype, --kernels ...)
+    server_args: tuple[str, ...] = ()  # flag-value pairs for `serve` and `generate` (--ops ...)
+    serve_args: tuple[str, ...] = ()  # further `serve` flags only (--prefill-budget N ...)
     baseline: bool = True
     start_timeout_s: float = 900.0
     command: str = ""
@@ -181,6 +187,7 @@ class _Server:
             "--max-len",
             str(max_len),
             *opts.server_args,
+            *opts.serve_args,
         ]
         self.command = " ".join(cmd[2:])
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -231,13 +238,19 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
     try:
         drive(server.url, server.name, 1, prompts, opts.max_tokens, len(prompts))  # warm-up
         for n in opts.concurrencies:
+            before = scrape(server.url)
             records = drive(server.url, server.name, n, prompts, opts.max_tokens, opts.rounds)
             row = summarize(n, records)
+            row["engine"] = accounts(before, scrape(server.url), row["wall_s"])
             results.append(row)
+            e = row["engine"]
             progress(
                 f"  {n:>3} streams: {_f(row['tok_s'])} tok/s, TTFT P50 "
                 f"{_f(row['ttft_ms_p50'])} ms, ITL P50 {_f(row['itl_ms_p50'], '.3f')} ms"
                 + (f", {row['errors']} errors ({row['first_error']})" if row["errors"] else "")
+                + f"; device: decode {_f(e['decode_share'], '.0%')} ({_f(e['step_ms'], '.3f')} ms"
+                f" x {_f(e['rows_per_step'], '.1f')} rows), prefill {_f(e['prefill_share'], '.0%')}"
+                f", idle {_f(e['idle_share'], '.0%')}"
             )
     finally:
         exit_code = server.stop()
@@ -301,7 +314,8 @@ def write(doc: dict[str, Any], out: Path) -> None:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in doc["results"]:
-            w.writerow([r[c] for c in COLUMNS])
+            engine = r.get("engine") or {}
+            w.writerow([engine.get(c[7:]) if c.startswith("engine_") else r[c] for c in COLUMNS])
 
 
 def load(path: Path) -> dict[str, Any]:

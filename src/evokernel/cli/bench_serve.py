@@ -2,10 +2,12 @@
 
     evokernel bench serve --model DIR [--concurrency 1,4,8,16,32] [--prompt-lens 32,256,1024]
         [--max-tokens 128] [--rounds 3] [--device cuda|cpu] [--dtype D] [--ops torch|triton]
-        [--kernels PACK_DIR] [--no-baseline] [--out FILE.json]
+        [--kernels PACK_DIR] [--serve-args "FLAGS"] [--no-baseline] [--out FILE.json]
 
 stdout: a table per concurrency (aggregate tok/s, per-stream tok/s, TTFT and inter-token P50/P99)
-beside `generate`'s batch-1 figures from the same run, then one JSON line (the summary).
+beside `generate`'s batch-1 figures from the same run, a table of where the time went (device
+time in decode steps and prefills, rows per step, CPU of each process), then one JSON line (the
+summary).
 Progress goes to stderr. Writes JSON and CSV (default out/bench-serve-TIME.json); `evokernel
 report FILE.json` draws it.
 """
@@ -14,12 +16,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from evokernel.cli import args as checked
 from evokernel.errors import ConfigError
+
+# flags bench serve gives the server itself (from the load or from its own flags)
+OWNED_FLAGS = {
+    "--model",
+    "--port",
+    "--host",
+    "--device",
+    "--max-batch",
+    "--max-len",
+    "--dtype",
+    "--ops",
+    "--kernels",
+}
 
 
 def add_to(verbs: argparse._SubParsersAction) -> None:
@@ -46,6 +62,12 @@ def add_to(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None)
     s.add_argument("--ops", choices=("torch", "triton"), default=None)
     s.add_argument("--kernels", metavar="PACK_DIR", help="the server runs this kernel pack")
+    s.add_argument(
+        "--serve-args",
+        default="",
+        metavar='"FLAGS"',
+        help='further `evokernel serve` flags, one quoted string (e.g. "--prefill-budget 4096")',
+    )
     s.add_argument("--no-baseline", action="store_true", help="skip `generate` at batch 1")
     s.add_argument("--out", metavar="FILE.json", help="default out/bench-serve-TIME.json")
     s.set_defaults(func=run)
@@ -72,6 +94,13 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--dtype", args.dtype), ("--ops", args.ops), ("--kernels", args.kernels)):
         if value is not None:
             extra += [flag, str(value)]
+    serve_args = tuple(shlex.split(args.serve_args))
+    owned = sorted({a.split("=", 1)[0] for a in serve_args} & OWNED_FLAGS)
+    if owned:
+        raise ConfigError(
+            f"--serve-args may not set {', '.join(owned)}: bench serve sets it "
+            "(--device, --dtype, --ops and --kernels are bench serve's own flags)"
+        )
     opts = ServeBenchOptions(
         model_dir=model,
         device=device,
@@ -81,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=checked.integer(args.max_tokens, "--max-tokens", lo=2),
         rounds=checked.integer(args.rounds, "--rounds", lo=1),
         server_args=tuple(extra),
+        serve_args=serve_args,
         baseline=not args.no_baseline,
         command="evokernel " + " ".join(sys.argv[1:]),
     )
@@ -125,6 +155,23 @@ def _print(doc: dict) -> None:
             f"{_f(ratio, '.2f'):>9}{_f(r['stream_tok_s_p50'], '.1f'):>9}"
             f"{_f(r['ttft_ms_p50'], '.2f'):>10}{_f(r['ttft_ms_p99'], '.2f'):>10}"
             f"{_f(r['itl_ms_p50'], '.3f'):>9}{_f(r['itl_ms_p99'], '.3f'):>9}{r['errors']:>7}"
+        )
+    print(
+        f"{'streams':>8}{'decode':>8}{'prefill':>8}{'idle':>6}{'step ms':>9}{'rows':>6}"
+        f"{'bucket':>7}{'prefill ms':>11}{'prefill tok/s':>14}{'padding':>8}"
+        f"{'engine CPU':>11}{'HTTP CPU':>9}{'host ms/turn':>13}{'wait':>6}"
+        "   (shares: of the wall time)"
+    )
+    for r in doc["results"]:
+        e = r.get("engine") or {}
+        print(
+            f"{r['concurrency']:>8}{_f(e.get('decode_share'), '.0%'):>8}"
+            f"{_f(e.get('prefill_share'), '.0%'):>8}{_f(e.get('idle_share'), '.0%'):>6}"
+            f"{_f(e.get('step_ms'), '.3f'):>9}{_f(e.get('rows_per_step'), '.1f'):>6}"
+            f"{_f(e.get('bucket_rows_per_step'), '.1f'):>7}{_f(e.get('prefill_ms'), '.2f'):>11}"
+            f"{_f(e.get('prefill_tok_s'), ',.0f'):>14}{_f(e.get('prefill_padding'), '.2f'):>8}"
+            f"{_f(e.get('engine_cpu'), '.2f'):>11}{_f(e.get('http_cpu'), '.2f'):>9}"
+            f"{_f(e.get('host_ms_per_turn'), '.3f'):>13}{_f(e.get('wait_share'), '.0%'):>6}"
         )
     s = doc["summary"]
     if "single_stream_vs_generate" in s:

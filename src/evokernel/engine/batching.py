@@ -56,6 +56,7 @@ from evokernel.engine.decoder import DecoderModel
 from evokernel.engine.graph import context_buckets
 from evokernel.engine.kv_plan import check_kv_fits
 from evokernel.engine.row_sampling import RowTable, draw_noise, logprobs, sample_rows
+from evokernel.engine.work_clock import WorkClock
 
 WARMUP_STEPS = 2
 GREEDY, LOGITS = "greedy", "logits"
@@ -216,6 +217,7 @@ class BatchRunner:
         self._shared = torch.Generator(device=dev).manual_seed(seed)
         self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}
         self._logits: dict[tuple[int, int], torch.Tensor] = {}
+        self.clock = WorkClock(self.cuda)  # device time of admits and steps (not captures)
         if self.cuda:
             with torch.inference_mode():
                 self._capture()
@@ -245,8 +247,10 @@ class BatchRunner:
         dev = self.model.device
         host = torch.tensor([ids], dtype=torch.int64)
         prompt = host.pin_memory().to(dev, non_blocking=True) if self.cuda else host
+        mark = self.clock.start()
+        padded = T
         if self.staged:
-            logits = self._prefill_staged(prompt, slot)
+            logits, padded = self._prefill_staged(prompt, slot)
         else:
             lengths = torch.full((1,), T, dtype=torch.int64, device=dev)
             view = cache_rows(self.cache, slot, slot + 1)
@@ -254,6 +258,7 @@ class BatchRunner:
         self._set_params(slot, params)
         first = self._pick(logits, slot, slot + 1, [slot])  # [1]
         self.tokens[slot : slot + 1].copy_(first)
+        self.clock.stop(mark, "prefill", T, padded)
         self.positions[slot].fill_(T)
         self.seq_lens[slot].fill_(T + 1)
         self.active[slot].fill_(1)
@@ -296,6 +301,7 @@ class BatchRunner:
         bound = next(x for x in self.bounds if longest <= x)
         params = [self._params[s] for s in slots]
         kind = GREEDY if all(p.greedy and p.logprobs is None for p in params) else LOGITS
+        mark = self.clock.start()
         graph = self._graphs.get((kind, b, bound))
         if graph is not None:
             graph.replay()
@@ -305,10 +311,12 @@ class BatchRunner:
         for s in slots:
             self._pos[s] += 1
         if kind == GREEDY:
+            self.clock.stop(mark, "decode", len(slots), b)
             return self._readback(self.tokens[:b], None, slots, list(slots))
         assert logits is not None
         picked = self._pick(logits, 0, b, list(slots))
         self.tokens[:b].copy_(picked)
+        self.clock.stop(mark, "decode", len(slots), b)
         return self._readback(picked, logits, slots, list(slots))
 
     def _pick(self, logits: torch.Tensor, start: int, stop: int, slots: list[int]) -> torch.Tensor:
@@ -353,10 +361,11 @@ class BatchRunner:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _prefill_staged(self, prompt: torch.Tensor, slot: int) -> torch.Tensor:
+    def _prefill_staged(self, prompt: torch.Tensor, slot: int) -> tuple[torch.Tensor, int]:
         """Prefill `prompt` [1, T] through its length bucket's graph (or the same padded
         prefill eagerly) into the staging row, copy positions 0..T-1 into `slot`'s row, and
-        return the logits [1, V] (a view of the graph's output: read before the next one)."""
+        return the logits [1, V] (a view of the graph's output: read before the next one)
+        and the bucket."""
         T = prompt.shape[1]
         bucket = next(n for n in self.prefill_lens if n >= T)
         self._prompt[:, :T].copy_(prompt)
@@ -371,7 +380,7 @@ class BatchRunner:
         dst = [t[slot, :, :T] for t in (*self.cache.k, *self.cache.v)]
         src = [t[0, :, :T] for t in (*self._stage.k, *self._stage.v)]
         torch._foreach_copy_(dst, src)
-        return logits
+        return logits, bucket
 
     def _prefill_body(self, bucket: int) -> torch.Tensor:
         return self.model.prefill(self._prompt[:, :bucket], self._prompt_len, self._stage)

@@ -39,6 +39,29 @@ def write_serve_report(path: Path, out: Path | None = None) -> Path:
     return write_page(target, render_serve(doc))
 
 
+ENGINE_KEYS = (
+    "decode_share",
+    "prefill_share",
+    "idle_share",
+    "step_ms",
+    "rows_per_step",
+    "bucket_rows_per_step",
+    "prefill_ms",
+    "prefill_tok_s",
+    "prefill_padding",
+    "engine_cpu",
+    "http_cpu",
+    "host_ms_per_turn",
+    "wait_share",
+)
+
+
+def _share_or_fmt(key: str, value: float | None) -> str:
+    if value is not None and key.endswith("_share"):
+        return f"{value:.0%}"
+    return fmt(value)
+
+
 def render_serve(doc: dict[str, Any]) -> str:
     rows = doc["results"]
     env, base = doc["env"], doc.get("baseline")
@@ -139,6 +162,30 @@ def render_serve(doc: dict[str, Any]) -> str:
         for r in rows
     ]
     figures = table(head, body, set(range(len(head))))
+    engine_rows = [(r["concurrency"], r.get("engine") or {}) for r in rows]
+    if any(e.get("step_ms") is not None for _, e in engine_rows):
+        spent = [
+            "streams",
+            "decode",
+            "prefill",
+            "idle",
+            "step ms",
+            "rows/step",
+            "bucket rows",
+            "prefill ms",
+            "prefill tok/s",
+            "padding",
+            "engine CPU",
+            "HTTP CPU",
+            "host ms/turn",
+            "host wait",
+        ]
+        keys = ENGINE_KEYS
+        spent_body = [[fmt(c), *(_share_or_fmt(k, e.get(k)) for k in keys)] for c, e in engine_rows]
+        figures += (
+            "<h3>Where the time went (device time over the load's wall time; "
+            "CPU seconds per second)</h3>" + table(spent, spent_body, set(range(len(spent))))
+        )
     if base:
         gen = [
             [fmt(r["prompt_len"]), fmt(r["prefill_ms"]), fmt(r["decode_tok_s"])]

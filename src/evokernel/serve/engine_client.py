@@ -58,7 +58,7 @@ class TokenStream:
         return batch
 
 
-StatsHook = Callable[[int, int, int], None]
+StatsHook = Callable[[int, int, int, dict[str, Any]], None]  # rows, running, waiting, work
 
 
 class EngineClient:
@@ -134,13 +134,15 @@ class EngineClient:
             while self._conn.poll():
                 msg = self._conn.recv()
                 if msg[0] == "out":
-                    self._dispatch(msg[1], msg[2])
+                    self._dispatch(msg[1], msg[2], msg[3])
                 elif msg[0] == "bye" and self._bye is not None and not self._bye.done():
                     self._bye.set_result(None)
         except (EOFError, OSError):
             self._engine_gone()
 
-    def _dispatch(self, events: list[tuple[Any, ...]], stats: tuple[int, int, int]) -> None:
+    def _dispatch(
+        self, events: list[tuple[Any, ...]], stats: tuple[int, int, int], work: dict[str, Any]
+    ) -> None:
         streams = self._streams
         for rid, token, logprob, top, finish in events:
             stream = streams.get(rid)
@@ -150,7 +152,7 @@ class EngineClient:
             if finish is not None:
                 del streams[rid]
         if self.on_stats is not None:
-            self.on_stats(*stats)
+            self.on_stats(*stats, work)
 
     def _engine_gone(self) -> None:
         if self._loop is not None:

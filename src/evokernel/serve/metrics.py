@@ -12,6 +12,22 @@
   evokernel_time_to_first_token_seconds           histogram: arrival -> first token
   evokernel_inter_token_latency_seconds           histogram: gap between a request's tokens
   evokernel_request_duration_seconds              histogram: arrival -> last token
+  evokernel_engine_device_seconds_total{work}     device time of the engine's launches,
+                                                  work "prefill" or "decode"
+  evokernel_engine_launches_total{work}           prefills (one prompt each) and decode steps
+  evokernel_engine_units_total{work, kind}        kind "used": prompt tokens / active rows;
+                                                  "computed": the padded length / batch bucket
+  evokernel_engine_host_seconds_total{phase}      the engine's host time per phase of its turns
+                                                  (serve/scheduler.py HOST_PHASES; "wait":
+                                                  blocked on the device)
+  evokernel_engine_turns_total                    the engine loop's turns
+  evokernel_engine_busy_seconds_total             engine wall time in turns (work to do)
+  evokernel_engine_cpu_seconds_total              the engine process's CPU time
+  process_cpu_seconds_total, ...                  the HTTP process (prometheus_client's own)
+
+The engine's series are its cumulative accounts as of its last message (serve/scheduler.py),
+so a scrape after the last token of a load holds every launch of that load. `bench serve`
+reads them around each concurrency to say where the device's time went.
 
 A registry of its own per server (not the process-global one), so several servers in one
 process (tests) never share counters.
@@ -19,18 +35,78 @@ process (tests) never share counters.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from evokernel.engine.batching import batch_buckets
+from evokernel.serve.scheduler import HOST_PHASES
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+WORKS = ("prefill", "decode")
+
+
+class EngineWork(Collector):
+    """The engine's latest accounts as counter families."""
+
+    def __init__(self) -> None:
+        self.work: dict[str, Any] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        clock = self.work.get("clock", {})
+        device = CounterMetricFamily(
+            "evokernel_engine_device_seconds", "Device time of launches", labels=["work"]
+        )
+        launches = CounterMetricFamily(
+            "evokernel_engine_launches", "Prefills and decode steps", labels=["work"]
+        )
+        units = CounterMetricFamily(
+            "evokernel_engine_units",
+            "Prompt tokens / decode rows: used, and computed with padding",
+            labels=["work", "kind"],
+        )
+        for work in WORKS:
+            t = clock.get(work, {})
+            device.add_metric([work], t.get("seconds", 0.0))
+            launches.add_metric([work], t.get("launches", 0))
+            units.add_metric([work, "used"], t.get("units", 0))
+            units.add_metric([work, "computed"], t.get("padded", 0))
+        yield device
+        yield launches
+        yield units
+        host = self.work.get("host", {})
+        phases = CounterMetricFamily(
+            "evokernel_engine_host_seconds",
+            "Engine host time per phase of a turn",
+            labels=["phase"],
+        )
+        for phase in HOST_PHASES:
+            phases.add_metric([phase], host.get(phase, 0.0))
+        yield phases
+        yield CounterMetricFamily(
+            "evokernel_engine_turns", "Engine loop turns", value=host.get("turns", 0)
+        )
+        yield CounterMetricFamily(
+            "evokernel_engine_busy_seconds",
+            "Engine wall time in turns",
+            value=self.work.get("busy_s", 0.0),
+        )
+        yield CounterMetricFamily(
+            "evokernel_engine_cpu_seconds",
+            "Engine process CPU time",
+            value=self.work.get("cpu_s", 0.0),
+        )
 
 
 class Metrics:
@@ -71,6 +147,9 @@ class Metrics:
             buckets=(0.0001, 0.0002, 0.0005, *LATENCY_BUCKETS),
             registry=r,
         )
+        self.engine_work = EngineWork()
+        r.register(self.engine_work)
+        ProcessCollector(registry=r)  # the HTTP process's CPU time and memory
         self.e2e = Histogram(
             "evokernel_request_duration_seconds",
             "Arrival to last token",
@@ -78,7 +157,8 @@ class Metrics:
             registry=r,
         )
 
-    def engine_stats(self, rows: int, running: int, waiting: int) -> None:
+    def engine_stats(self, rows: int, running: int, waiting: int, work: dict[str, Any]) -> None:
+        self.engine_work.work = work
         if rows:
             self.batch_rows.observe(rows)
         self.running.set(running)

@@ -7,13 +7,20 @@ duplex pipe in token ids only; this module imports no HTTP code. Messages, all t
        ("cancel", rid)                                               drop it at the next step
        ("stop",)                                                     leave the loop
   out  ("ready", info) | ("error", line)                             once, after start-up
-       ("out", events, stats)                                        once per loop turn
+       ("out", events, stats, work)                                  once per loop turn
        ("bye",)                                                      after "stop"
 
 `events` is a list of (rid, token, logprob | None, top | None, finish | None), each request's
 tokens in order; `finish` is "stop" (a stop id: EOS unless ignored) or "length" (max_tokens)
 on a request's last token. `stats` is (rows of the step launched this turn, running, waiting);
 a turn with no events and no step still sends them when running or waiting changed.
+`work` is the engine's running accounts, {"clock", "host", "busy_s", "cpu_s"}: the device
+time, launches and units of its prefills and decode steps so far (engine/work_clock.py; a
+launch counts once it has finished), the host's time in each phase of a turn (`HOST_PHASES`,
+and "turns": their count), the wall time spent in turns (the engine had requests running,
+waiting or in flight) and its process's CPU time, all cumulative since start-up. The host's
+"wait" is time blocked on the device (a step's or prefill's tokens): where it is small beside
+the turn, the host, not the device, sets the pace.
 
 One turn of the loop:
   1. read messages (blocking only when there is nothing to do);
@@ -46,6 +53,10 @@ from typing import Any
 from evokernel.engine.batching import BatchRunner, PendingTokens, RowParams
 
 IDLE_POLL_S = 0.5  # how often an idle engine checks that its parent is alive
+# a turn's host phases: release and compact slots, admit (prefill launches), launch the step,
+# wait for tokens, deliver them (events), send the message
+HOST_PHASES = ("release", "admit", "launch", "wait", "deliver", "send")
+HOST_KEYS = (*HOST_PHASES, "turns")
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,9 @@ class Scheduler:
     running: dict[int, _Request] = field(default_factory=dict)  # slot -> request
     by_rid: dict[int, _Request] = field(default_factory=dict)
     steps: deque[_Pending] = field(default_factory=deque)
+    host: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys((*HOST_PHASES, "turns"), 0.0)
+    )
 
     @property
     def busy(self) -> bool:
@@ -107,14 +121,17 @@ class Scheduler:
 
     def turn(self) -> tuple[list[tuple[Any, ...]], tuple[int, int, int]]:
         """Steps 2-5 of the module doc; returns the events and stats to send."""
-        runner = self.runner
+        runner, host, clock = self.runner, self.host, time.perf_counter
+        t0 = clock()
         for slot, req in list(self.running.items()):
             if req.done or req.issued >= req.max_tokens:
                 runner.release(slot)
                 del self.running[slot]
         for src, dst in runner.compact().items():
             self.running[dst] = self.running.pop(src)
+        t1 = clock()
         firsts = self._admit()
+        t2 = clock()
         rows = 0
         launched = runner.step() if self.running else None
         if launched is not None:
@@ -122,12 +139,22 @@ class Scheduler:
             for slot in launched.slots:
                 self.running[slot].issued += 1
             self.steps.append(_Pending(launched, dict(self.running)))
+        t3 = clock()
         events: list[tuple[Any, ...]] = []
+        waited = 0.0
         while len(self.steps) > (1 if launched is not None else 0):
-            self._deliver(self.steps.popleft(), events)
+            waited += self._deliver(self.steps.popleft(), events)
         for pending in firsts:
-            self._deliver(pending, events)
+            waited += self._deliver(pending, events)
+        runner.clock.collect()
         self.waiting = deque(r for r in self.waiting if not r.done)
+        t4 = clock()
+        for phase, spent in zip(
+            ("release", "admit", "launch", "wait", "deliver"),
+            (t1 - t0, t2 - t1, t3 - t2, waited, t4 - t3 - waited),
+        ):
+            host[phase] += spent
+        host["turns"] += 1
         return events, (rows, len(self.running), len(self.waiting))
 
     def _admit(self) -> list[_Pending]:
@@ -147,8 +174,11 @@ class Scheduler:
             firsts.append(_Pending(pending, {slot: req}))
         return firsts
 
-    def _deliver(self, pending: _Pending, events: list[tuple[Any, ...]]) -> None:
+    def _deliver(self, pending: _Pending, events: list[tuple[Any, ...]]) -> float:
+        """Append `pending`'s events; returns the seconds spent waiting for its tokens."""
+        t0 = time.perf_counter()
         out = pending.tokens.wait()
+        waited = time.perf_counter() - t0
         for i, slot in enumerate(pending.tokens.slots):
             req = pending.owners[slot]
             if req.done:
@@ -164,6 +194,7 @@ class Scheduler:
                 req.done = True
                 self.by_rid.pop(req.rid, None)
             events.append((req.rid, token, out.logprobs[i], out.top[i], finish))
+        return waited
 
 
 def engine_main(conn: Connection, settings: EngineSettings) -> None:
@@ -230,8 +261,12 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
     import torch
 
     last: tuple[int, int] = (0, 0)  # (running, waiting) last sent
+    busy_s, began = 0.0, None  # wall time in turns; when the last turn began
     with torch.inference_mode():
         while True:
+            if began is not None:
+                busy_s += time.perf_counter() - began
+                began = None
             timeout = 0.0 if scheduler.busy else IDLE_POLL_S
             while conn.poll(timeout):
                 msg = conn.recv()
@@ -248,9 +283,18 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
                 return  # orphaned (the parent died without a word)
             if not scheduler.busy:
                 continue
+            began = time.perf_counter()
             events, stats = scheduler.turn()
             if events or stats[0] or stats[1:] != last:
-                conn.send(("out", events, stats))
+                sending = time.perf_counter()
+                work = {
+                    "clock": scheduler.runner.clock.snapshot(),
+                    "host": dict(scheduler.host),
+                    "busy_s": busy_s + sending - began,
+                    "cpu_s": time.process_time(),
+                }
+                conn.send(("out", events, stats, work))
+                scheduler.host["send"] += time.perf_counter() - sending
                 last = stats[1:]
 
 
