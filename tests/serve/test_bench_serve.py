@@ -53,7 +53,7 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
         assert e["step_ms"] > 0 and 1 <= e["rows_per_step"] <= e["bucket_rows_per_step"] <= 3
         assert e["prefill_ms"] > 0 and e["prefill_padding"] == 1.0  # CPU: prompts unpadded
         assert 0 < e["decode_share"] + e["prefill_share"] <= 1.05
-        assert e["engine_cpu"] > 0 and e["http_cpu"] > 0
+        assert e["engine_cpu"] > 0 and e["http_cpu"] >= 0  # /proc ticks: 10 ms
         assert e["host_ms_per_turn"] > 0 and set(e["host_us_per_turn"]) >= {"admit", "wait"}
     assert "--prefill-budget 16" in doc["server_command"]
     assert "(shares: of the wall time)" in run.stdout

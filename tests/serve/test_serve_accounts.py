@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from evokernel.bench.serve_accounts import ENGINE_SERIES, FIELDS, accounts, parse
+from evokernel.bench.serve_accounts import ENGINE_SERIES, FIELDS, TURN_PHASES, accounts, parse
 from evokernel.serve.metrics import Metrics
 from evokernel.serve.scheduler import HOST_PHASES
 
@@ -17,7 +17,7 @@ def work(decode_s, steps, rows, bucket, prefill_s, prefills, tokens, padded, bus
         "prefill": {"launches": prefills, "seconds": prefill_s, "units": tokens, "padded": padded},
     }
     host = {phase: turns * 1e-4 for phase in HOST_PHASES} | {"turns": turns}  # 100 us each
-    return {"clock": clock, "host": host, "busy_s": busy, "cpu_s": cpu}
+    return {"clock": clock, "host": host, "busy_s": busy, "cpu_s": cpu, "gc_s": cpu / 10}
 
 
 def test_the_servers_rendered_series_parse_back():
@@ -29,6 +29,7 @@ def test_the_servers_rendered_series_parse_back():
     assert values["bucket_rows"] == 800 and values["prefill_s"] == 0.2
     assert values["prompt_tokens"] == 3000 and values["padded_tokens"] == 4096
     assert values["busy_s"] == 0.9 and values["engine_cpu_s"] == 1.5
+    assert values["engine_gc_s"] == 0.15
     assert values["http_cpu_s"] >= 0  # this process's own CPU time
 
 
@@ -48,7 +49,8 @@ def test_two_scrapes_give_the_loads_shares_and_means():
     assert a["prefill_padding"] == pytest.approx(2272 / 2000)
     assert a["busy_share"] == pytest.approx(1.0) and a["engine_cpu"] == pytest.approx(0.75)
     assert a["http_cpu"] == pytest.approx(0.2)
-    assert a["host_ms_per_turn"] == pytest.approx(0.1 * (len(HOST_PHASES) - 1))
+    assert a["host_ms_per_turn"] == pytest.approx(0.1 * (len(TURN_PHASES) - 1))  # not the wait
+    assert a["engine_gc"] == pytest.approx(0.15 / 2.0) and a["http_gc"] >= 0
     assert a["wait_share"] == pytest.approx(800 * 1e-4 / 2.0)
     assert a["host_us_per_turn"] == pytest.approx(dict.fromkeys(HOST_PHASES, 100.0))
 

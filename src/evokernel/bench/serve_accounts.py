@@ -17,10 +17,13 @@ difference of two scrapes, over the load's wall time, says what limited the load
   prefill_ms, prefill_tok_s     device time of a prefill (mean), prompt tokens per device
                                 second, prefill_padding the computed/used token ratio
   engine_cpu, http_cpu          CPU seconds per wall second of each process (1.0 = a core)
+  busy_share                    wall time the engine had requests running or waiting
   host_ms_per_turn              the engine's host time per turn outside its waits for the
-                                device; wait_share its time blocked on the device over the
-                                wall time (small beside the device shares: the host sets the
-                                pace); host_us_per_turn the same per phase (not in the CSV)
+                                device (and its polls and idle time); wait_share its time
+                                blocked on the device over the wall time (small beside the
+                                device shares: the host sets the pace); host_us_per_turn the
+                                loop's time per phase and turn (not in the CSV)
+  engine_gc, http_gc            each process's time in Python's garbage collector
 
 A server that does not report these series (an older one) gives None for each.
 """
@@ -30,6 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from evokernel.serve.scheduler import HOST_PHASES
+
+TURN_PHASES = tuple(p for p in HOST_PHASES if p not in ("poll", "idle"))
 
 ENGINE_SERIES = {
     "decode_s": ("evokernel_engine_device_seconds_total", {"work": "decode"}),
@@ -44,6 +49,8 @@ ENGINE_SERIES = {
     "engine_cpu_s": ("evokernel_engine_cpu_seconds_total", {}),
     "http_cpu_s": ("process_cpu_seconds_total", {}),
     "turns": ("evokernel_engine_turns_total", {}),
+    "engine_gc_s": ("evokernel_gc_seconds_total", {"process": "engine"}),
+    "http_gc_s": ("evokernel_gc_seconds_total", {"process": "http"}),
     **{
         f"host_{phase}_s": ("evokernel_engine_host_seconds_total", {"phase": phase})
         for phase in HOST_PHASES
@@ -64,6 +71,8 @@ FIELDS = (
     "http_cpu",
     "host_ms_per_turn",
     "wait_share",
+    "engine_gc",
+    "http_gc",
 )
 
 
@@ -116,8 +125,10 @@ def accounts(before: dict[str, float], after: dict[str, float], wall_s: float) -
         "engine_cpu": d["engine_cpu_s"] / wall_s,
         "http_cpu": d["http_cpu_s"] / wall_s,
         "host_ms_per_turn": ratio(
-            sum(d[f"host_{p}_s"] for p in HOST_PHASES if p != "wait") * 1e3, d["turns"]
+            sum(d[f"host_{p}_s"] for p in TURN_PHASES if p != "wait") * 1e3, d["turns"]
         ),
         "wait_share": d["host_wait_s"] / wall_s,
+        "engine_gc": d["engine_gc_s"] / wall_s,
+        "http_gc": d["http_gc_s"] / wall_s,
         "host_us_per_turn": {p: ratio(d[f"host_{p}_s"] * 1e6, d["turns"]) for p in HOST_PHASES},
     }

@@ -159,7 +159,7 @@ def _print(doc: dict) -> None:
     print(
         f"{'streams':>8}{'decode':>8}{'prefill':>8}{'idle':>6}{'step ms':>9}{'rows':>6}"
         f"{'bucket':>7}{'prefill ms':>11}{'prefill tok/s':>14}{'padding':>8}"
-        f"{'engine CPU':>11}{'HTTP CPU':>9}{'host ms/turn':>13}{'wait':>6}"
+        f"{'engine CPU':>11}{'HTTP CPU':>9}{'host ms/turn':>13}{'wait':>6}{'GC e/h':>10}"
         "   (shares: of the wall time)"
     )
     for r in doc["results"]:
@@ -172,6 +172,7 @@ def _print(doc: dict) -> None:
             f"{_f(e.get('prefill_tok_s'), ',.0f'):>14}{_f(e.get('prefill_padding'), '.2f'):>8}"
             f"{_f(e.get('engine_cpu'), '.2f'):>11}{_f(e.get('http_cpu'), '.2f'):>9}"
             f"{_f(e.get('host_ms_per_turn'), '.3f'):>13}{_f(e.get('wait_share'), '.0%'):>6}"
+            f"{_f(e.get('engine_gc'), '.1%'):>5}/{_f(e.get('http_gc'), '.1%')}"
         )
     s = doc["summary"]
     if "single_stream_vs_generate" in s:

@@ -53,11 +53,13 @@ ENGINE_KEYS = (
     "http_cpu",
     "host_ms_per_turn",
     "wait_share",
+    "engine_gc",
+    "http_gc",
 )
 
 
 def _share_or_fmt(key: str, value: float | None) -> str:
-    if value is not None and key.endswith("_share"):
+    if value is not None and key.endswith(("_share", "_gc")):
         return f"{value:.0%}"
     return fmt(value)
 
@@ -179,6 +181,8 @@ def render_serve(doc: dict[str, Any]) -> str:
             "HTTP CPU",
             "host ms/turn",
             "host wait",
+            "engine GC",
+            "HTTP GC",
         ]
         keys = ENGINE_KEYS
         spent_body = [[fmt(c), *(_share_or_fmt(k, e.get(k)) for k in keys)] for c, e in engine_rows]

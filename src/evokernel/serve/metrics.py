@@ -23,6 +23,8 @@
   evokernel_engine_turns_total                    the engine loop's turns
   evokernel_engine_busy_seconds_total             engine wall time in turns (work to do)
   evokernel_engine_cpu_seconds_total              the engine process's CPU time
+  evokernel_gc_seconds_total{process}             time in Python's garbage collector, process
+                                                  "engine" or "http" (serve/gc_clock.py)
   process_cpu_seconds_total, ...                  the HTTP process (prometheus_client's own)
 
 The engine's series are its cumulative accounts as of its last message (serve/scheduler.py),
@@ -51,6 +53,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from evokernel.engine.batching import batch_buckets
+from evokernel.serve.gc_clock import GcClock
 from evokernel.serve.scheduler import HOST_PHASES
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -58,10 +61,11 @@ WORKS = ("prefill", "decode")
 
 
 class EngineWork(Collector):
-    """The engine's latest accounts as counter families."""
+    """The engine's latest accounts as counter families, and both processes' GC time."""
 
-    def __init__(self) -> None:
+    def __init__(self, http_gc: GcClock | None) -> None:
         self.work: dict[str, Any] = {}
+        self.http_gc = http_gc
 
     def collect(self) -> Iterator[Metric]:
         clock = self.work.get("clock", {})
@@ -107,10 +111,16 @@ class EngineWork(Collector):
             "Engine process CPU time",
             value=self.work.get("cpu_s", 0.0),
         )
+        gc_time = CounterMetricFamily(
+            "evokernel_gc_seconds", "Time in Python's garbage collector", labels=["process"]
+        )
+        gc_time.add_metric(["engine"], self.work.get("gc_s", 0.0))
+        gc_time.add_metric(["http"], self.http_gc.seconds if self.http_gc else 0.0)
+        yield gc_time
 
 
 class Metrics:
-    def __init__(self, max_batch: int) -> None:
+    def __init__(self, max_batch: int, http_gc: GcClock | None = None) -> None:
         disable_created_metrics()  # no `*_created` series: they only add noise to scrapes
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -147,7 +157,7 @@ class Metrics:
             buckets=(0.0001, 0.0002, 0.0005, *LATENCY_BUCKETS),
             registry=r,
         )
-        self.engine_work = EngineWork()
+        self.engine_work = EngineWork(http_gc)
         r.register(self.engine_work)
         ProcessCollector(registry=r)  # the HTTP process's CPU time and memory
         self.e2e = Histogram(

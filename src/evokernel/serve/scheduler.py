@@ -14,13 +14,15 @@ duplex pipe in token ids only; this module imports no HTTP code. Messages, all t
 tokens in order; `finish` is "stop" (a stop id: EOS unless ignored) or "length" (max_tokens)
 on a request's last token. `stats` is (rows of the step launched this turn, running, waiting);
 a turn with no events and no step still sends them when running or waiting changed.
-`work` is the engine's running accounts, {"clock", "host", "busy_s", "cpu_s"}: the device
-time, launches and units of its prefills and decode steps so far (engine/work_clock.py; a
-launch counts once it has finished), the host's time in each phase of a turn (`HOST_PHASES`,
-and "turns": their count), the wall time spent in turns (the engine had requests running,
-waiting or in flight) and its process's CPU time, all cumulative since start-up. The host's
-"wait" is time blocked on the device (a step's or prefill's tokens): where it is small beside
-the turn, the host, not the device, sets the pace.
+`work` is the engine's running accounts, {"clock", "host", "busy_s", "cpu_s", "gc_s"}: the
+device time, launches and units of its prefills and decode steps so far (engine/work_clock.py;
+a launch counts once it has finished), the host's time in each phase of its loop
+(`HOST_PHASES`, and "turns": their count), the wall time it had requests running or waiting,
+its process's CPU time and its time in Python's garbage collector (serve/gc_clock.py; the
+heap alive after start-up is frozen), all cumulative since start-up. The host's "wait" is
+time blocked on the device (a step's or prefill's tokens): where it is small beside the
+turn, the host, not the device, sets the pace; "poll" is reading messages while busy, "idle"
+waiting for them with nothing to do.
 
 One turn of the loop:
   1. read messages (blocking only when there is nothing to do);
@@ -51,11 +53,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from evokernel.engine.batching import BatchRunner, PendingTokens, RowParams
+from evokernel.serve.gc_clock import GcClock, settle
 
 IDLE_POLL_S = 0.5  # how often an idle engine checks that its parent is alive
-# a turn's host phases: release and compact slots, admit (prefill launches), launch the step,
-# wait for tokens, deliver them (events), send the message
-HOST_PHASES = ("release", "admit", "launch", "wait", "deliver", "send")
+# the loop's host phases: read messages while busy, release and compact slots, admit (prefill
+# launches), launch the step, wait for tokens, deliver them (events), send the message; and
+# wait for messages with nothing to do
+HOST_PHASES = ("poll", "release", "admit", "launch", "wait", "deliver", "send", "idle")
 HOST_KEYS = (*HOST_PHASES, "turns")
 
 
@@ -101,9 +105,7 @@ class Scheduler:
     running: dict[int, _Request] = field(default_factory=dict)  # slot -> request
     by_rid: dict[int, _Request] = field(default_factory=dict)
     steps: deque[_Pending] = field(default_factory=deque)
-    host: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys((*HOST_PHASES, "turns"), 0.0)
-    )
+    host: dict[str, float] = field(default_factory=lambda: dict.fromkeys(HOST_KEYS, 0.0))
 
     @property
     def busy(self) -> bool:
@@ -209,6 +211,7 @@ def engine_main(conn: Connection, settings: EngineSettings) -> None:
         conn.send(("error", line))
         conn.close()
         return
+    settle()  # the model, graphs and buffers alive for the process's life: never walked again
     conn.send(("ready", info))
     with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
         _loop(conn, scheduler)  # those errors: the parent went away, nothing left to serve
@@ -261,13 +264,13 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
     import torch
 
     last: tuple[int, int] = (0, 0)  # (running, waiting) last sent
-    busy_s, began = 0.0, None  # wall time in turns; when the last turn began
+    busy_s = 0.0  # wall time with requests running or waiting
+    host, gc_clock = scheduler.host, GcClock()
     with torch.inference_mode():
         while True:
-            if began is not None:
-                busy_s += time.perf_counter() - began
-                began = None
-            timeout = 0.0 if scheduler.busy else IDLE_POLL_S
+            top = time.perf_counter()
+            was_busy = scheduler.busy
+            timeout = 0.0 if was_busy else IDLE_POLL_S
             while conn.poll(timeout):
                 msg = conn.recv()
                 kind = msg[0]
@@ -281,21 +284,28 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
                 timeout = 0.0
             if os.getppid() == 1:
                 return  # orphaned (the parent died without a word)
+            polled = time.perf_counter()
+            host["poll" if was_busy else "idle"] += polled - top
+            if was_busy:
+                busy_s += polled - top
             if not scheduler.busy:
                 continue
-            began = time.perf_counter()
             events, stats = scheduler.turn()
+            sending = time.perf_counter()
+            busy_s += sending - polled
             if events or stats[0] or stats[1:] != last:
-                sending = time.perf_counter()
                 work = {
                     "clock": scheduler.runner.clock.snapshot(),
-                    "host": dict(scheduler.host),
-                    "busy_s": busy_s + sending - began,
+                    "host": dict(host),
+                    "busy_s": busy_s,
                     "cpu_s": time.process_time(),
+                    "gc_s": gc_clock.seconds,
                 }
                 conn.send(("out", events, stats, work))
-                scheduler.host["send"] += time.perf_counter() - sending
                 last = stats[1:]
+            spent = time.perf_counter() - sending
+            host["send"] += spent
+            busy_s += spent
 
 
 def _cuda(device: str | None) -> bool:

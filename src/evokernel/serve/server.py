@@ -105,14 +105,17 @@ def run_server(config: ServeConfig) -> int:
 
     from evokernel.serve.app import ServerState, build_app
     from evokernel.serve.engine_client import EngineClient
+    from evokernel.serve.gc_clock import GcClock, settle
     from evokernel.serve.metrics import Metrics
 
     served = build_served(config)
     sock = bind(config.host, config.port)
-    metrics = Metrics(config.engine.max_batch)
+    gc_clock = GcClock()
+    metrics = Metrics(config.engine.max_batch, gc_clock)
     engine = EngineClient(config.engine, on_stats=metrics.engine_stats)
     try:
         info = engine.start(config.start_timeout_s)
+        settle()  # the tokenizer, template and app live as long as the process: never walk them
         state = ServerState(engine, served, metrics, config.api_key, config.max_queue)
         host, port = sock.getsockname()[:2]
         where = info["gpu"] or info["device"]
