@@ -51,6 +51,7 @@ def test_two_scrapes_give_the_loads_shares_and_means():
     assert a["http_cpu"] == pytest.approx(0.2)
     assert a["host_ms_per_turn"] == pytest.approx(0.1 * (len(TURN_PHASES) - 1))  # not the wait
     assert a["engine_gc"] == pytest.approx(0.15 / 2.0) and a["http_gc"] >= 0
+    assert a["server_ttft_ms"] is None  # no request arrived between the scrapes
     assert a["wait_share"] == pytest.approx(800 * 1e-4 / 2.0)
     assert a["host_us_per_turn"] == pytest.approx(dict.fromkeys(HOST_PHASES, 100.0))
 

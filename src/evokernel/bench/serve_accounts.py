@@ -24,6 +24,9 @@ difference of two scrapes, over the load's wall time, says what limited the load
                                 device shares: the host sets the pace); host_us_per_turn the
                                 loop's time per phase and turn (not in the CSV)
   engine_gc, http_gc            each process's time in Python's garbage collector
+  server_ttft_ms                mean time to first token as the server sees it (from the
+                                request's arrival in its handler): against the clients' mean
+                                (`ttft_ms_mean`), what the network and the clients add
 
 A server that does not report these series (an older one) gives None for each.
 """
@@ -49,6 +52,8 @@ ENGINE_SERIES = {
     "engine_cpu_s": ("evokernel_engine_cpu_seconds_total", {}),
     "http_cpu_s": ("process_cpu_seconds_total", {}),
     "turns": ("evokernel_engine_turns_total", {}),
+    "server_ttft_s": ("evokernel_time_to_first_token_seconds_sum", {}),
+    "server_ttfts": ("evokernel_time_to_first_token_seconds_count", {}),
     "engine_gc_s": ("evokernel_gc_seconds_total", {"process": "engine"}),
     "http_gc_s": ("evokernel_gc_seconds_total", {"process": "http"}),
     **{
@@ -73,6 +78,7 @@ FIELDS = (
     "wait_share",
     "engine_gc",
     "http_gc",
+    "server_ttft_ms",
 )
 
 
@@ -109,6 +115,7 @@ def accounts(before: dict[str, float], after: dict[str, float], wall_s: float) -
         return a / b if b > 0 else None
 
     device = d["decode_s"] + d["prefill_s"]
+    server_ttft = ratio(d["server_ttft_s"], d["server_ttfts"])
     step_s = ratio(d["decode_s"], d["steps"])
     prefill_s = ratio(d["prefill_s"], d["prefills"])
     return {
@@ -130,5 +137,6 @@ def accounts(before: dict[str, float], after: dict[str, float], wall_s: float) -
         "wait_share": d["host_wait_s"] / wall_s,
         "engine_gc": d["engine_gc_s"] / wall_s,
         "http_gc": d["http_gc_s"] / wall_s,
+        "server_ttft_ms": None if server_ttft is None else server_ttft * 1e3,
         "host_us_per_turn": {p: ratio(d[f"host_{p}_s"] * 1e6, d["turns"]) for p in HOST_PHASES},
     }

@@ -111,6 +111,7 @@ def summarize(concurrency: int, records: list[RequestRecord]) -> dict[str, Any]:
         "tok_s": tokens / wall if wall > 0 else None,
         "stream_tok_s_p50": percentile(streams, 50),
         "ttft_ms_p50": percentile(ttft, 50),
+        "ttft_ms_mean": statistics.fmean(ttft) if ttft else None,
         "ttft_ms_p99": percentile(ttft, 99),
         "ttft_ms_p50_by_prompt_len": by_len,
         "itl_ms_p50": percentile(itl, 50),
@@ -250,7 +251,8 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
                 + (f", {row['errors']} errors ({row['first_error']})" if row["errors"] else "")
                 + f"; device: decode {_f(e['decode_share'], '.0%')} ({_f(e['step_ms'], '.3f')} ms"
                 f" x {_f(e['rows_per_step'], '.1f')} rows), prefill {_f(e['prefill_share'], '.0%')}"
-                f", idle {_f(e['idle_share'], '.0%')}"
+                f", idle {_f(e['idle_share'], '.0%')}; TTFT mean {_f(row['ttft_ms_mean'])} ms"
+                f" (in the server {_f(e['server_ttft_ms'])})"
             )
     finally:
         exit_code = server.stop()
