@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evokernel.engine.batch_check import BatchCheck, check
-from evokernel.engine.batching import BatchRunner, RowParams, batch_buckets
+from evokernel.engine.batching import BatchRunner, RowParams, batch_buckets, prefill_shapes
 from evokernel.engine.loading import load_engine
 from evokernel.errors import ConfigError
 
@@ -95,6 +95,50 @@ def test_staged_prefill_pads_to_its_bucket_and_changes_nothing(model):
                 torch.testing.assert_close(t[a, :, : len(p)], u[a, :, : len(p)])
         for _ in range(5):
             assert plain.step().wait().tokens == staged.step().wait().tokens
+
+
+def test_prefill_shapes_put_up_to_max_rows_prompts_of_a_bucket_in_the_staging_row():
+    assert prefill_shapes(64, 8) == [(1, 16), (2, 16), (4, 16), (1, 32), (2, 32), (1, 64)]
+    assert prefill_shapes(64, 1) == [(1, 16), (1, 32), (1, 64)]
+    assert prefill_shapes(100, 2) == [(1, 16), (2, 16), (1, 32), (2, 32), (1, 64), (1, 100)]
+
+
+def test_prompts_prefilled_together_match_each_alone(model):
+    """Several prompts admitted at once, staged: those of one length bucket share a prefill
+    (padded rows of one launch, each beside others), split into the shapes that exist; each
+    gets the tokens and KV rows of the plain prefill alone, and the sampling parameters and
+    logprobs of its own request."""
+    ps = [[5], [7] * 16, [9, 3], [4] * 30, [2] * 17, [8] * 9, [6] * 3, [1] * 60]  # 16: 5, 32: 2
+    params = [GREEDY] * len(ps)
+    params[2] = RowParams(logprobs=2)
+    plain = BatchRunner(model, 8, MAX_LEN, staged_prefill=False)
+    staged = BatchRunner(model, 8, MAX_LEN, staged_prefill=True, prefill_rows=4)
+    with torch.inference_mode():
+        want = [plain.admit(p, q) for p, q in zip(ps, params)]
+        slots, pendings = staged.admit_many(list(zip(ps, params)))
+        assert slots == [s for s, _ in want] == list(range(8))
+        # bucket 16 holds 5 prompts: 4 together, then 1; bucket 32: 2; bucket 64: 1
+        assert sorted(len(p.slots) for p in pendings) == [1, 1, 2, 4]
+        got = {}
+        for pending in pendings:
+            out = pending.wait()
+            for slot, token, lp in zip(pending.slots, out.tokens, out.logprobs):
+                got[slot] = (token, lp)
+        for slot, (_, pending) in zip(slots, want):
+            out = pending.wait()
+            assert got[slot][0] == out.tokens[0]
+            assert (got[slot][1] is None) == (out.logprobs[0] is None)
+            if out.logprobs[0] is not None:
+                assert got[slot][1] == pytest.approx(out.logprobs[0], abs=1e-5)
+        for slot, p in zip(slots, ps):
+            for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
+                torch.testing.assert_close(t[slot, :, : len(p)], u[slot, :, : len(p)])
+        for _ in range(4):
+            assert plain.step().wait().tokens == staged.step().wait().tokens
+    staged.clock.collect()
+    pre = staged.clock.snapshot()["prefill"]
+    assert pre["launches"] == 4 and pre["units"] == sum(map(len, ps))
+    assert pre["padded"] == 4 * 16 + 16 + 2 * 32 + 64
 
 
 def test_the_work_clock_counts_each_launch_with_its_used_and_computed_units(model):
@@ -206,24 +250,32 @@ def small_bf16(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.gpu
 def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
-    """Graphs per batch and context bucket and per prompt-length bucket, row groups of the
-    fused kernels' limit: a graph runner and an eager runner (the same staged prefill) give
-    the same tokens for sequences joining and leaving."""
+    """Graphs per batch and context bucket and per prompt-length bucket and prompt count, row
+    groups of the fused kernels' limit: a graph runner and an eager runner (the same staged
+    prefill) give the same tokens for sequences joining (two or three at a time, some sharing
+    a prefill) and leaving."""
     model = load_engine(small_bf16, "cuda", None, "triton", max_seq_len=1024)
-    ps = prompts(12, seed=7)
+    ps = prompts(24, seed=7)
     runs = []
     for use_graph in (True, False):
         runner = BatchRunner(model, 16, 1024, use_graph=use_graph, staged_prefill=True)
-        # kinds x batch x context buckets, and the prefill's 16, 32, ..., 1024
-        assert runner.graph_count == (2 * 5 * 3 + 7 if use_graph else 0)
+        # kinds x batch x context buckets, and the prefill's (prompts, 16 ... 1024 tokens)
+        assert len(runner.prefill_shapes) == 4 + 4 + 4 + 4 + 3 + 2 + 1
+        assert runner.graph_count == (2 * 5 * 3 + 22 if use_graph else 0)
         got: dict[int, list[int]] = {}
         owner: dict[int, int] = {}
+        admitted = 0
         with torch.inference_mode():
             for step in range(40):
-                if step % 3 == 0 and step // 3 < len(ps):
-                    i = step // 3
-                    slot, first = runner.admit(ps[i], RowParams())
-                    owner[slot], got[i] = i, first.wait().tokens
+                if step % 3 == 0 and admitted < len(ps) and runner.free:
+                    take = list(range(admitted, min(admitted + 2 + step % 2, len(ps))))
+                    take = take[: runner.free]
+                    admitted += len(take)
+                    slots, pendings = runner.admit_many([(ps[i], RowParams()) for i in take])
+                    index = dict(zip(slots, take))
+                    for pending in pendings:
+                        for slot, token in zip(pending.slots, pending.wait().tokens):
+                            owner[slot], got[index[slot]] = index[slot], [token]
                 for slot in [s for s in runner.slots if len(got[owner[s]]) >= 12 + owner[s]]:
                     runner.release(slot)
                 pending = runner.step()

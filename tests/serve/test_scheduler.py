@@ -80,3 +80,34 @@ def test_the_prefill_budget_spreads_admissions_over_turns(model):
             s.turn()
             admitted.append(4 - len(s.waiting))
     assert admitted == [1, 2, 3, 4]
+
+
+def test_requests_admitted_in_one_turn_are_prefilled_together_and_match_alone(model):
+    """A burst of waiting requests is admitted in one turn, those of a length bucket in one
+    staged prefill; every request's tokens equal the same request run alone."""
+    prompts = [[3] * 5, [4] * 12, [5] * 7, [6] * 20, [7] * 2]
+
+    def scheduler(staged: bool) -> Scheduler:
+        runner = BatchRunner(model, 8, 256, staged_prefill=staged)
+        return Scheduler(runner, prefill_budget=4096)
+
+    alone = []
+    for p in prompts:
+        s = scheduler(False)
+        s.add(1, p, GREEDY, 6, ())
+        alone.append([t for t, _ in run(s)[1]])
+    s = scheduler(True)
+    for rid, p in enumerate(prompts):
+        s.add(rid, p, GREEDY, 6, ())
+    with torch.inference_mode():
+        first, _ = s.turn()
+    assert not s.waiting and len(s.running) == len(prompts)
+    s.runner.clock.collect()
+    launches = s.runner.clock.snapshot()["prefill"]["launches"]
+    assert launches == 2  # bucket 16: four prompts together; bucket 32: one
+    got: dict[int, list[int]] = {}
+    for rid, token, *_ in first:
+        got.setdefault(rid, []).append(token)
+    for rid, events in run(s).items():
+        got.setdefault(rid, []).extend(t for t, _ in events)
+    assert [got[rid] for rid in range(len(prompts))] == alone

@@ -4,7 +4,7 @@
         [--max-batch 32] [--max-len L] [--max-queue 256] [--api-key-env VAR]
         [--device cuda|cpu] [--dtype D] [--ops torch|triton] [--no-pdl] [--no-graph]
         [--served-model-name NAME] [--chat-template FILE] [--prefill-budget TOKENS]
-        [--shutdown-timeout S] [--seed S] [--access-log]
+        [--prefill-rows N] [--shutdown-timeout S] [--seed S] [--access-log]
 
 Needs the `serve` extra (`pip install 'evokernel[serve]'`). Prints one line when it is ready
 (`serving NAME on http://HOST:PORT ...`); stops on SIGTERM or Ctrl-C (docs/serve.md).
@@ -75,6 +75,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="prompt tokens prefilled between two decode steps (at least one prompt; default 2048)",
     )
     p.add_argument(
+        "--prefill-rows",
+        default="8",  # engine/batching.py PREFILL_ROWS (not imported here: no torch at parse time)
+        metavar="N",
+        help="prompts of one length bucket prefilled together at most (CUDA; default 8; 1: "
+        "each alone); each (prompts, length bucket) is a CUDA graph captured at start-up",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         default="30",
         metavar="S",
@@ -124,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch=checked.integer(args.max_batch, "--max-batch", lo=1, hi=1024),
         max_len=max_len,
         prefill_budget=checked.integer(args.prefill_budget, "--prefill-budget", lo=1),
+        prefill_rows=checked.integer(args.prefill_rows, "--prefill-rows", lo=1, hi=1024),
         use_graph=False if args.no_graph else None,
         seed=checked.seed(args.seed),
     )

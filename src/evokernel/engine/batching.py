@@ -1,17 +1,18 @@
 """Continuous batching: decode steps over a fixed set of KV slots that sequences join and leave.
 
     runner = BatchRunner(model, max_batch=32, max_len=4096)      # KV checked, graphs captured
-    slot, first = runner.admit(prompt_ids, RowParams())           # prefill alone, batch 1
+    slot, first = runner.admit(prompt_ids, RowParams())           # prefill, first token
+    slots, firsts = runner.admit_many([(ids, RowParams()), ...])  # several at once
     pending = runner.step()                                        # one token per active slot
     out = pending.wait()                                           # tokens of pending.slots
     runner.release(slot)
 
 Slots. The KV cache (engine/cache.py) has `max_batch` rows of `max_len` positions; a sequence
-owns one row (its slot) from `admit` to `release`. `admit` prefills the prompt alone, at batch
-1, into its row (a view of that row of the cache), so its prompt is computed exactly as it
-would be alone, and samples the first token; the slot decodes from the next `step` on. Free
-slots are taken lowest first, so the active rows stay packed at the bottom; `compact()` moves
-sequences down into holes when that lowers the batch bucket.
+owns one row (its slot) from `admit` to `release`. `admit` prefills the prompt into its row and
+samples the first token; the slot decodes from the next `step` on. Each prompt row is computed
+as it would be alone (batch rows never mix), so only the summation order of a batched launch
+can differ. Free slots are taken lowest first, so the active rows stay packed at the bottom;
+`compact()` moves sequences down into holes when that lowers the batch bucket.
 
 Steps. A step runs the model's decode over rows 0..b-1, b the smallest batch bucket (1, 2, 4,
 ... and `max_batch`) holding the highest active slot: idle rows inside it compute a junk token
@@ -28,13 +29,19 @@ float32 logits, from which each row draws its token with its own parameters
 so choosing a graph needs no sync.
 
 Prefill. Eager, a prefill is hundreds of launches, each paying the host's launch cost (about
-14 ms for any short prompt of Qwen3-0.6B on an H100, while every running sequence waits). With
-`staged_prefill` (on wherever steps are graphs) a prompt of T tokens runs as a CUDA graph of a
-batch-1 prefill over a length bucket (16, 32, 64, ... up to max_len) holding T: the prompt
-right-padded with id 0 in a static buffer, its length in another, written into a staging row
-of the cache (row `max_batch`, never a slot); then positions 0..T-1 of that row are copied into
-the slot's row, layer by layer. Padding rows come after every real row and attention is
-causal, so they never reach a real token; the logits are those of row T-1.
+14 ms for any short prompt of Qwen3-0.6B on an H100, while every running sequence waits).
+Without `staged_prefill` each prompt is prefilled alone, unpadded, straight into its slot's
+row. With it (on wherever steps are graphs) a prompt of T tokens runs in a CUDA graph over a
+length bucket (16, 32, 64, ... up to max_len) holding T, and the prompts `admit_many` takes of
+one bucket share the graph, up to `prefill_rows` of them (a short prompt's prefill costs about
+what a decode step does whatever its rows hold, so n prompts together cost little more than
+one). Each graph (`prefill_shapes`: n prompts of one bucket, n a power of two, n x bucket <=
+max_len) prefills n prompts, right-padded with id 0 in a static buffer, their lengths in
+another, into a staging area of the cache (row `max_batch`, never a slot, seen as n rows of
+`bucket` positions); then positions 0..T-1 of each staging row are copied into its slot's row.
+A group whose size has no graph is split (5 = 4 + 1). Padding positions come after every real
+one and attention is causal, so they never reach a real token; each prompt's logits are those
+of its row T-1.
 
 Rows per call. Fused decode kernels may take a bounded number of rows per launch
 (`row_limit`); a step over more rows calls the model once per group of that many rows, each on
@@ -59,6 +66,7 @@ from evokernel.engine.row_sampling import RowTable, draw_noise, logprobs, sample
 from evokernel.engine.work_clock import WorkClock
 
 WARMUP_STEPS = 2
+PREFILL_ROWS = 8  # prompts of one length bucket prefilled together at most (staged)
 GREEDY, LOGITS = "greedy", "logits"
 
 
@@ -107,6 +115,30 @@ def prefill_buckets(max_len: int) -> list[int]:
         sizes.append(n)
         n *= 2
     return [*sizes, max_len]
+
+
+def prefill_shapes(max_len: int, max_rows: int) -> list[tuple[int, int]]:
+    """(prompts, length bucket) of the staged prefills: every bucket with one prompt, and
+    with 2, 4, ... up to `max_rows` prompts where they fit the staging row's `max_len`
+    positions together."""
+    shapes = []
+    for bucket in prefill_buckets(max_len):
+        n = 1
+        while n <= max_rows and n * bucket <= max_len:
+            shapes.append((n, bucket))
+            n *= 2
+    return shapes
+
+
+def stage_view(stage: KVCache, n: int, bucket: int) -> KVCache:
+    """The staging row's K and V (one row of max_len positions, contiguous) seen as n rows
+    of `bucket` positions."""
+
+    def view(t: torch.Tensor) -> torch.Tensor:
+        _, hkv, _, d = t.shape
+        return t.reshape(-1)[: n * hkv * bucket * d].view(n, hkv, bucket, d)
+
+    return KVCache(k=[view(t) for t in stage.k], v=[view(t) for t in stage.v])
 
 
 def row_limit(model: DecoderModel) -> int | None:
@@ -177,6 +209,7 @@ class BatchRunner:
         rows_per_call: int | None = None,
         seed: int = 0,
         staged_prefill: bool | None = None,
+        prefill_rows: int = PREFILL_ROWS,
     ) -> None:
         assert max_batch >= 1 and 1 <= max_len <= model.max_seq_len, (max_batch, max_len)
         dev = model.device
@@ -191,16 +224,21 @@ class BatchRunner:
         self.bounds = context_buckets(max_len)
         self.staged = self.use_graph if staged_prefill is None else staged_prefill
         self.prefill_lens = prefill_buckets(max_len) if self.staged else []
+        self.prefill_rows = max(1, min(prefill_rows, max_batch)) if self.staged else 1
+        self.prefill_shapes = (
+            prefill_shapes(max_len, self.prefill_rows) if self.staged else []
+        )  # (prompts, length bucket) of each staged prefill
         self.plan = check_kv_fits(
             model, max_batch, max_len, sum(self.batch_sizes) * len(self.bounds), int(self.staged)
         )
         # rows 0..max_batch-1: the slots; row max_batch: the staged prefill's (if any)
         self.cache = model.new_cache(max_batch + int(self.staged), max_len)
-        self._stage = cache_rows(self.cache, max_batch, max_batch + 1)
-        self._prompt = torch.zeros(1, max_len, dtype=torch.int64, device=dev)
-        self._prompt_len = torch.ones(1, dtype=torch.int64, device=dev)
-        self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._prefill_logits: dict[int, torch.Tensor] = {}
+        stage = cache_rows(self.cache, max_batch, max_batch + 1)
+        self._stage_views = {shape: stage_view(stage, *shape) for shape in self.prefill_shapes}
+        self._prompt = torch.zeros(max_len, dtype=torch.int64, device=dev)  # [n, bucket] views
+        self._prompt_len = torch.ones(self.prefill_rows, dtype=torch.int64, device=dev)
+        self._prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._prefill_logits: dict[tuple[int, int], torch.Tensor] = {}
         self.tokens = torch.zeros(max_batch, dtype=torch.int64, device=dev)
         self.positions = torch.zeros(max_batch, dtype=torch.int32, device=dev)
         self.seq_lens = torch.ones(max_batch, dtype=torch.int32, device=dev)
@@ -240,31 +278,108 @@ class BatchRunner:
         return self._pos[slot]
 
     def admit(self, ids: list[int], params: RowParams) -> tuple[int, PendingTokens]:
-        """Prefill `ids` alone into the lowest free slot and pick its first token."""
+        """Prefill `ids` into the lowest free slot and pick its first token."""
+        slots, pendings = self.admit_many([(ids, params)])
+        return slots[0], pendings[0]
+
+    def admit_many(
+        self, prompts: list[tuple[list[int], RowParams]]
+    ) -> tuple[list[int], list[PendingTokens]]:
+        """Prefill each prompt into a free slot (lowest first, in order) and pick its first
+        token; returns the slots, in the prompts' order, and the launches' pending tokens
+        (staged: one per group of prompts prefilled together; else one per prompt)."""
+        assert 1 <= len(prompts) <= self.free, (len(prompts), self.free)
+        for ids, _ in prompts:
+            assert 1 <= len(ids) < self.max_len, (len(ids), self.max_len)
+        free = sorted(set(range(self.max_batch)) - set(self._pos))
+        slots = free[: len(prompts)]
+        items = list(zip(slots, prompts))
+        if not self.staged:
+            return slots, [self._prefill_alone(slot, ids, p) for slot, (ids, p) in items]
+        groups: dict[int, list[tuple[int, tuple[list[int], RowParams]]]] = {}
+        for item in items:
+            bucket = next(n for n in self.prefill_lens if n >= len(item[1][0]))
+            groups.setdefault(bucket, []).append(item)
+        pendings = []
+        for bucket, group in groups.items():
+            while group:
+                n = max(r for r, b in self.prefill_shapes if b == bucket and r <= len(group))
+                pendings.append(self._prefill_together(bucket, group[:n]))
+                group = group[n:]
+        return slots, pendings
+
+    def _prefill_alone(self, slot: int, ids: list[int], params: RowParams) -> PendingTokens:
+        """The plain prefill: the prompt alone, unpadded, straight into its slot's row."""
         T = len(ids)
-        assert 1 <= T < self.max_len and self.free, (T, self.max_len, self.free)
-        slot = min(set(range(self.max_batch)) - set(self._pos))
         dev = self.model.device
         host = torch.tensor([ids], dtype=torch.int64)
         prompt = host.pin_memory().to(dev, non_blocking=True) if self.cuda else host
         mark = self.clock.start()
-        padded = T
-        if self.staged:
-            logits, padded = self._prefill_staged(prompt, slot)
+        lengths = torch.full((1,), T, dtype=torch.int64, device=dev)
+        view = cache_rows(self.cache, slot, slot + 1)
+        logits = self.model.prefill(prompt, lengths, view)  # [1, V] float32
+        first = self._first_tokens(logits, [(slot, params)])
+        self.clock.stop(mark, "prefill", T, T)
+        self._start(slot, T)
+        return self._readback(first, logits, (slot,), [0])
+
+    def _prefill_together(
+        self, bucket: int, items: list[tuple[int, tuple[list[int], RowParams]]]
+    ) -> PendingTokens:
+        """The staged prefill of len(items) prompts of one length bucket (module doc)."""
+        n = len(items)
+        host = torch.zeros(n, bucket, dtype=torch.int64)
+        for b, (_, (ids, _)) in enumerate(items):
+            host[b, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+        lengths = torch.tensor([len(ids) for _, (ids, _) in items], dtype=torch.int64)
+        if self.cuda:
+            host, lengths = host.pin_memory(), lengths.pin_memory()
+        mark = self.clock.start()
+        self._prompt[: n * bucket].view(n, bucket).copy_(host, non_blocking=True)
+        self._prompt_len[:n].copy_(lengths, non_blocking=True)
+        graph = self._prefill_graphs.get((n, bucket))
+        if graph is not None:
+            graph.replay()
+            logits = self._prefill_logits[n, bucket]
         else:
-            lengths = torch.full((1,), T, dtype=torch.int64, device=dev)
-            view = cache_rows(self.cache, slot, slot + 1)
-            logits = self.model.prefill(prompt, lengths, view)  # [1, V] float32
-        self._set_params(slot, params)
-        first = self._pick(logits, slot, slot + 1, [slot])  # [1]
-        self.tokens[slot : slot + 1].copy_(first)
-        self.clock.stop(mark, "prefill", T, padded)
+            logits = self._prefill_body(n, bucket)
+        stage = self._stage_views[n, bucket]
+        dst, src = [], []
+        for b, (slot, (ids, _)) in enumerate(items):
+            T = len(ids)
+            dst += [t[slot, :, :T] for t in (*self.cache.k, *self.cache.v)]
+            src += [t[b, :, :T] for t in (*stage.k, *stage.v)]
+        torch._foreach_copy_(dst, src)
+        first = self._first_tokens(logits, [(slot, p) for slot, (_, p) in items])
+        used = int(lengths.sum())
+        self.clock.stop(mark, "prefill", used, n * bucket)
+        for slot, (ids, _) in items:
+            self._start(slot, len(ids))
+        return self._readback(first, logits, tuple(s for s, _ in items), list(range(n)))
+
+    def _first_tokens(
+        self, logits: torch.Tensor, rows: list[tuple[int, RowParams]]
+    ) -> torch.Tensor:
+        """Each row's first token [n] from its prompt's logits [n, V], drawn with its own
+        parameters (set here for its slot), and written as the slot's next input."""
+        for slot, params in rows:
+            self._set_params(slot, params)
+        if all(p.greedy for _, p in rows):
+            first = torch.argmax(logits, dim=-1)
+        else:
+            first = torch.cat(
+                [self._pick(logits[b : b + 1], s, s + 1, [s]) for b, (s, _) in enumerate(rows)]
+            )
+        for b, (slot, _) in enumerate(rows):
+            self.tokens[slot : slot + 1].copy_(first[b : b + 1])
+        return first
+
+    def _start(self, slot: int, T: int) -> None:
+        """`slot` decodes from position T at the next step."""
         self.positions[slot].fill_(T)
         self.seq_lens[slot].fill_(T + 1)
         self.active[slot].fill_(1)
         self._pos[slot] = T
-        pending = self._readback(first, logits, (slot,), [0])
-        return slot, pending
 
     def release(self, slot: int) -> None:
         """Free `slot` (a pending readback of it stays valid)."""
@@ -361,29 +476,11 @@ class BatchRunner:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _prefill_staged(self, prompt: torch.Tensor, slot: int) -> tuple[torch.Tensor, int]:
-        """Prefill `prompt` [1, T] through its length bucket's graph (or the same padded
-        prefill eagerly) into the staging row, copy positions 0..T-1 into `slot`'s row, and
-        return the logits [1, V] (a view of the graph's output: read before the next one)
-        and the bucket."""
-        T = prompt.shape[1]
-        bucket = next(n for n in self.prefill_lens if n >= T)
-        self._prompt[:, :T].copy_(prompt)
-        self._prompt[:, T:bucket].zero_()
-        self._prompt_len.fill_(T)
-        graph = self._prefill_graphs.get(bucket)
-        if graph is not None:
-            graph.replay()
-            logits = self._prefill_logits[bucket]
-        else:
-            logits = self._prefill_body(bucket)
-        dst = [t[slot, :, :T] for t in (*self.cache.k, *self.cache.v)]
-        src = [t[0, :, :T] for t in (*self._stage.k, *self._stage.v)]
-        torch._foreach_copy_(dst, src)
-        return logits, bucket
-
-    def _prefill_body(self, bucket: int) -> torch.Tensor:
-        return self.model.prefill(self._prompt[:, :bucket], self._prompt_len, self._stage)
+    def _prefill_body(self, n: int, bucket: int) -> torch.Tensor:
+        """The staged prefill of n prompts right-padded to `bucket` -> logits [n, V] (the
+        graph's output: read before the next prefill)."""
+        ids = self._prompt[: n * bucket].view(n, bucket)
+        return self.model.prefill(ids, self._prompt_len[:n], self._stage_views[n, bucket])
 
     def _bucket(self, rows: int) -> int:
         return next(b for b in self.batch_sizes if rows <= b)
@@ -442,18 +539,19 @@ class BatchRunner:
         batch first, so smaller graphs reuse its pool memory."""
         pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         stream = torch.cuda.Stream(device=self.model.device)
-        for bucket in reversed(self.prefill_lens):  # the longest first, as below
+        # the most tokens first, as below
+        for n, bucket in sorted(self.prefill_shapes, key=lambda s: -s[0] * s[1]):
             self._prompt_len.fill_(bucket)
             for _ in range(WARMUP_STEPS):
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
-                    self._prefill_body(bucket)
+                    self._prefill_body(n, bucket)
                 torch.cuda.current_stream().wait_stream(stream)
             if self.use_graph:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    self._prefill_logits[bucket] = self._prefill_body(bucket)
-                self._prefill_graphs[bucket] = graph
+                    self._prefill_logits[n, bucket] = self._prefill_body(n, bucket)
+                self._prefill_graphs[n, bucket] = graph
         for b in reversed(self.batch_sizes):
             for bound in self.bounds:
                 for kind in (GREEDY, LOGITS):

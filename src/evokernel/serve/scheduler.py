@@ -29,8 +29,9 @@ One turn of the loop:
   2. release the slots of finished, cancelled and fully-issued requests (a request whose
      max_tokens are all launched needs no further step); compact the slots if that lowers
      the batch bucket;
-  3. admit waiting requests into free slots, each prefilled alone, until the turn's prefill
-     budget (prompt tokens) is spent; at least one per turn, in arrival order;
+  3. admit waiting requests into free slots, in arrival order, until the turn's prefill
+     budget (prompt tokens) is spent, at least one per turn; those of one length bucket are
+     prefilled together (engine/batching.py `admit_many`);
   4. launch one decode step for every running request (engine/batching.py);
   5. wait for the previous turn's step and for this turn's first tokens, and send them.
 Step 4 comes before the wait of step 5, so the device always has the next step queued while
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from evokernel.engine.batching import BatchRunner, PendingTokens, RowParams
+from evokernel.engine.batching import PREFILL_ROWS, BatchRunner, PendingTokens, RowParams
 from evokernel.serve.gc_clock import GcClock, settle
 
 IDLE_POLL_S = 0.5  # how often an idle engine checks that its parent is alive
@@ -76,6 +77,7 @@ class EngineSettings:
     prefill_budget: int = 2048
     use_graph: bool | None = None
     rows_per_call: int | None = None
+    prefill_rows: int = PREFILL_ROWS
     seed: int = 0
 
 
@@ -160,8 +162,9 @@ class Scheduler:
         return events, (rows, len(self.running), len(self.waiting))
 
     def _admit(self) -> list[_Pending]:
-        firsts, spent = [], 0
-        while self.waiting and self.runner.free:
+        picked: list[_Request] = []
+        spent = 0
+        while self.waiting and len(picked) < self.runner.free:
             req = self.waiting[0]
             if req.done:
                 self.waiting.popleft()
@@ -169,12 +172,15 @@ class Scheduler:
             if spent and spent + len(req.ids) > self.prefill_budget:
                 break
             self.waiting.popleft()
-            slot, pending = self.runner.admit(req.ids, req.params)
+            picked.append(req)
             spent += len(req.ids)
+        if not picked:
+            return []
+        slots, pendings = self.runner.admit_many([(r.ids, r.params) for r in picked])
+        for slot, req in zip(slots, picked):
             req.issued = 1
             self.running[slot] = req
-            firsts.append(_Pending(pending, {slot: req}))
-        return firsts
+        return [_Pending(p, {s: self.running[s] for s in p.slots}) for p in pendings]
 
     def _deliver(self, pending: _Pending, events: list[tuple[Any, ...]]) -> float:
         """Append `pending`'s events; returns the seconds spent waiting for its tokens."""
@@ -239,6 +245,7 @@ def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
         use_graph=settings.use_graph,
         rows_per_call=settings.rows_per_call,
         seed=settings.seed,
+        prefill_rows=settings.prefill_rows,
     )
     dev = model.device
     info = {
@@ -251,6 +258,7 @@ def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
         "batch_buckets": runner.batch_sizes,
         "context_buckets": runner.bounds,
         "rows_per_call": runner.rows_per_call,
+        "prefill_shapes": runner.prefill_shapes,
         "cuda_graphs": runner.graph_count,
         "kv_bytes": runner.plan.cache_bytes,
         "eos_token_ids": list(model.cfg.eos_token_ids),
