@@ -2,22 +2,21 @@
 graph replay, from the profiler's kernel records (CUPTI).
 
     PYTHONPATH=src python3 scripts/gpu/step_timeline.py --model DIR [--position 33]
-        [--variant default] [--cache N] [--out timeline.json]
+        [--variant default] [--cache N] [--batch B] [--out timeline.json]
 
 Captures the engine's greedy decode step (Triton op set, bf16, PDL where supported) as the
-benchmarks do, replays it warm, then profiles a few replays. For the middle replay it prints,
-per kernel in launch order of one layer (the middle layer) and summed over all layers by
-kernel name: the kernel's duration (its first block's start to its last block's end) and its
-start relative to the previous kernel's end (negative: it started while the previous kernel
-was still running, which programmatic dependent launch allows). Writes every kernel record of
-that replay as JSON. The profiler may itself change the timing: the script prints the replay's
-span with and without it.
+benchmarks do (B rows, each at the position, with --batch), replays it warm, then profiles a
+few replays. For the middle replay it prints, per kernel in launch order of one layer (the
+middle layer) and summed over all layers by kernel name: the kernel's duration (its first
+block's start to its last block's end) and its start relative to the previous kernel's end
+(negative: it started while the previous kernel was still running, which programmatic
+dependent launch allows). Writes every kernel record of that replay as JSON. The profiler
+may itself change the timing: the script prints the replay's span with and without it.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -45,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache", type=int, default=None, help="KV cache positions (default: position + 256)"
     )
+    parser.add_argument("--batch", type=int, default=1, help="rows of the step")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -60,20 +60,21 @@ def main(argv: list[str] | None = None) -> int:
     from evokernel.ops.registry import OpSet, pdl_supported
 
     overrides = VARIANTS[args.variant]
-    tuning = dataclasses.replace(DEFAULT, **{k: v for k, v in overrides.items() if k != "pdl"})
+    tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k not in ("pdl", "ops")})
     model = load_engine(args.model, "cuda", torch.bfloat16, "torch")
     model.ops = OpSet.triton(pdl=overrides.get("pdl", pdl_supported()), tuning=tuning)
     if args.cache is not None and args.cache <= args.position:
         print("error: --cache must exceed --position", file=sys.stderr)
         return 2
-    cache = model.new_cache(1, args.cache or args.position + 256)
+    B = args.batch
+    cache = model.new_cache(B, args.cache or args.position + 256)
     for t in (*cache.k, *cache.v):
         t.normal_()
     bounds = context_buckets(cache.max_seq_len)
     bound = next((b for b in bounds if b >= args.position + 64), bounds[-1])
-    tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
-    pos = torch.zeros(1, dtype=torch.int32, device="cuda")
-    lens = torch.ones(1, dtype=torch.int32, device="cuda")
+    tokens = torch.zeros(B, dtype=torch.int64, device="cuda")
+    pos = torch.zeros(B, dtype=torch.int32, device="cuda")
+    lens = torch.ones(B, dtype=torch.int32, device="cuda")
 
     def reset() -> None:
         pos.fill_(args.position - 1)
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     starts = [i for i in starts if rows[i]["name"] == rows[starts[0]]["name"]]
     first = starts[len(starts) // 2]
     per_layer = starts[1] - starts[0] if len(starts) > 1 else 0
-    print(f"{torch.cuda.get_device_name()}, position {args.position}, variant {args.variant}: "
+    print(f"{torch.cuda.get_device_name()}, batch {B}, position {args.position}, "
+          f"variant {args.variant}: "
           f"{len(rows)} kernels, replay span {span:.1f} us profiled, {plain_us:.1f} us plain "
           f"(events around one replay)")  # fmt: skip
     print(f"layer {layers // 2} (kernel, duration us, start after the previous kernel's end us, "
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
               f"gap {statistics.median(gaps):+6.2f}  end {statistics.median(ends):6.2f} "
               f"sum {sum(ends):7.1f}")  # fmt: skip
     if args.out:
-        doc = {"gpu": torch.cuda.get_device_name(), "position": args.position,
+        doc = {"gpu": torch.cuda.get_device_name(), "batch": B, "position": args.position,
                "variant": args.variant, "plain_us": plain_us, "kernels": rows}  # fmt: skip
         args.out.write_text(json.dumps(doc, indent=1))
     return 0

@@ -6,7 +6,9 @@
 request r takes prompt (c + r) mod len(prompts)), all streaming `/v1/completions` with token-id
 prompts, greedy, `ignore_eos`, so every request generates exactly `max_tokens` tokens. A client
 records, per request, when it sent it, when each server-sent event arrived (one per token) and
-the usage the server reported. The clients are spread over up to `CLIENT_PROCESSES` processes
+the usage the server reported. Before the clock starts, each client opens its connection
+(a `/health` request), so no request pays a connection's or a client's set-up. The clients are
+spread over up to `CLIENT_PROCESSES` processes
 (asyncio + httpx in each), so that reading 20k+ events per second is not itself the bottleneck;
 their clocks are all `time.perf_counter` (CLOCK_MONOTONIC, one clock for every process).
 """
@@ -64,6 +66,9 @@ async def _clients(job: dict[str, Any]) -> list[dict[str, Any]]:
     limits = httpx.Limits(max_connections=len(job["clients"]) + 1)
     records: list[RequestRecord] = []
     async with httpx.AsyncClient(timeout=job["timeout_s"], limits=limits) as client:
+        # one kept-alive connection per client, opened (and the client's lazy set-up done)
+        # before the clock starts: the load measures the server, not a client's first request
+        await asyncio.gather(*(client.get(job["url"] + "/health") for _ in job["clients"]))
         # every process starts its clients at the same moment
         await asyncio.sleep(max(0.0, job["start_at"] - time.perf_counter()))
 
