@@ -59,6 +59,8 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
     assert "(shares: of the wall time)" in run.stdout
     assert [r["prompt_len"] for r in doc["baseline"]["rows"]] == [5, 30]
     assert "single_stream_vs_generate" in doc["summary"]
+    bound = doc["summary"]["decode_bound_vs_single"]
+    assert set(bound) == {"1", "3"} and all(v > 0 for v in bound.values())
     rows = list(csv.DictReader(out.with_suffix(".csv").open()))
     assert [r["concurrency"] for r in rows] == ["1", "3"]
     assert float(rows[0]["engine_step_ms"]) > 0

@@ -16,7 +16,8 @@ token) and inter-token latency P50/P99 (gaps between a request's events), reques
 and where the time went (`engine`: device time in decode steps and prefills, rows per step,
 prefill speed, CPU of each process; bench/serve_accounts.py, from `/metrics` around the load).
 The summary compares: single-stream tok/s through the server against `generate`'s decode
-tok/s, aggregate tok/s at each N against N = 1, TTFT P50 at N = 1 against `generate`'s prefill
+tok/s, aggregate tok/s at each N against N = 1 (and the ratio the decode steps alone would
+allow, `decode_bound_vs_single`), TTFT P50 at N = 1 against `generate`'s prefill
 time per prompt length. Writes JSON (kind "evokernel-bench-serve", schema 1) and CSV.
 """
 
@@ -281,6 +282,18 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
     return doc
 
 
+def decode_bound(row: dict[str, Any], one: dict[str, Any]) -> float | None:
+    """The aggregate against one stream that `row`'s decode steps alone would allow: its
+    rows per step over its step time (every device second in decode steps, none in prefills
+    or idle) against the single stream's measured tok/s. What is left between this and the
+    measured ratio is prefill and idle; what is left between it and N, the step's growth with
+    its rows."""
+    e = row.get("engine") or {}
+    if not e.get("step_ms") or not e.get("rows_per_step") or not one.get("tok_s"):
+        return None
+    return float(e["rows_per_step"] / (e["step_ms"] * 1e-3) / one["tok_s"])
+
+
 def compare(results: list[dict[str, Any]], baseline: dict[str, Any] | None) -> dict[str, Any]:
     by_n = {r["concurrency"]: r for r in results}
     one = by_n.get(1)
@@ -291,6 +304,7 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any] | None) -> d
         peak = max(results, key=lambda r: r["tok_s"] or 0)
         out["peak_tok_s"] = peak["tok_s"]
         out["peak_concurrency"] = peak["concurrency"]
+        out["decode_bound_vs_single"] = {str(n): decode_bound(r, one) for n, r in by_n.items()}
     if one and baseline:
         gen = baseline["decode_tok_s"]
         out["single_stream_vs_generate"] = (

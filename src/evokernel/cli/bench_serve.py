@@ -144,15 +144,18 @@ def _print(doc: dict) -> None:
                 f"{row['prefill_ms']:8.2f} ms, decode {row['decode_tok_s']:9.1f} tok/s"
             )
     print(
-        f"{'streams':>8}{'tok/s':>11}{'x single':>9}{'stream':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
-        f"{'ITL p50':>9}{'ITL p99':>9}{'errors':>7}"
+        f"{'streams':>8}{'tok/s':>11}{'x single':>9}{'steps x':>8}{'stream':>9}{'TTFT p50':>10}"
+        f"{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}{'errors':>7}"
+        "   (steps x: what the decode steps alone allow)"
     )
     ratios = doc["summary"].get("aggregate_vs_single", {})
+    bounds = doc["summary"].get("decode_bound_vs_single", {})
     for r in doc["results"]:
         ratio = ratios.get(str(r["concurrency"]))
         print(
             f"{r['concurrency']:>8}{_f(r['tok_s'], '.1f'):>11}"
-            f"{_f(ratio, '.2f'):>9}{_f(r['stream_tok_s_p50'], '.1f'):>9}"
+            f"{_f(ratio, '.2f'):>9}{_f(bounds.get(str(r['concurrency'])), '.2f'):>8}"
+            f"{_f(r['stream_tok_s_p50'], '.1f'):>9}"
             f"{_f(r['ttft_ms_p50'], '.2f'):>10}{_f(r['ttft_ms_p99'], '.2f'):>10}"
             f"{_f(r['itl_ms_p50'], '.3f'):>9}{_f(r['itl_ms_p99'], '.3f'):>9}{r['errors']:>7}"
         )

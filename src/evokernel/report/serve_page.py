@@ -132,6 +132,7 @@ def render_serve(doc: dict[str, Any]) -> str:
         y_from_zero=True,
     )
     ratios = doc["summary"].get("aggregate_vs_single", {})
+    bounds = doc["summary"].get("decode_bound_vs_single", {})
     head = [
         "streams",
         "requests",
@@ -140,6 +141,7 @@ def render_serve(doc: dict[str, Any]) -> str:
         "wall s",
         "tok/s",
         "x 1 stream",
+        "decode steps alone: x 1 stream",
         "stream tok/s",
         "TTFT P50",
         "TTFT P99",
@@ -155,6 +157,7 @@ def render_serve(doc: dict[str, Any]) -> str:
             fmt(r["wall_s"]),
             fmt(r["tok_s"]),
             fmt(ratios.get(str(r["concurrency"]))),
+            fmt(bounds.get(str(r["concurrency"]))),
             fmt(r["stream_tok_s_p50"]),
             fmt(r["ttft_ms_p50"]),
             fmt(r["ttft_ms_p99"]),
