@@ -216,15 +216,11 @@ def test_metrics_count_requests_and_tokens(server, client):
     client.completions.create(model=model_name(client), prompt="m", max_tokens=2, **GREEDY)
     text = httpx.get(server.url + "/metrics").text
     assert 'evokernel_requests_total{endpoint="completions",status="200"}' in text
-    for name in (
+    for series in (
         "evokernel_generation_tokens_total",
         "evokernel_prompt_tokens_total",
         "evokernel_time_to_first_token_seconds_count",
         "evokernel_inter_token_latency_seconds_count",
-    ):
-        value = re.search(rf"^{name} (\S+)$", text, re.M)
-        assert value and float(value[1]) > 0, name
-    for series in (
         'evokernel_engine_launches_total{work="decode"}',
         'evokernel_engine_launches_total{work="prefill"}',
         'evokernel_engine_units_total{kind="used",work="prefill"}',

@@ -61,25 +61,27 @@ ENGINE_SERIES = {
         for phase in HOST_PHASES
     },
 }
-FIELDS = (
-    "decode_share",
-    "prefill_share",
-    "idle_share",
-    "step_ms",
-    "rows_per_step",
-    "bucket_rows_per_step",
-    "prefill_ms",
-    "prefill_tok_s",
-    "prefill_padding",
-    "busy_share",
-    "engine_cpu",
-    "http_cpu",
-    "host_ms_per_turn",
-    "wait_share",
-    "engine_gc",
-    "http_gc",
-    "server_ttft_ms",
-)
+LABELS = {  # each field's column heading (CSV: the field's own name, `engine_` before it)
+    "decode_share": "decode",
+    "prefill_share": "prefill",
+    "idle_share": "idle",
+    "step_ms": "step ms",
+    "rows_per_step": "rows/step",
+    "bucket_rows_per_step": "bucket rows",
+    "prefill_ms": "prefill ms",
+    "prefill_tok_s": "prefill tok/s",
+    "prefill_padding": "padding",
+    "busy_share": "engine busy",
+    "engine_cpu": "engine CPU",
+    "http_cpu": "HTTP CPU",
+    "host_ms_per_turn": "host ms/turn",
+    "wait_share": "host wait",
+    "engine_gc": "engine GC",
+    "http_gc": "HTTP GC",
+    "server_ttft_ms": "TTFT ms in the server",
+}
+FIELDS = tuple(LABELS)
+SHARES = {f for f in FIELDS if f.endswith(("_share", "_gc"))}  # fractions of the wall time
 
 
 def parse(text: str) -> dict[str, float]:

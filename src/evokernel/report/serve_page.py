@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evokernel.bench.serve_accounts import FIELDS, LABELS, SHARES
 from evokernel.bench.serve_bench import KIND, load
 from evokernel.report.page import document, section, table, write_page
 from evokernel.report.svg import Mark, Series, color, esc, fmt, line_chart
@@ -39,27 +40,8 @@ def write_serve_report(path: Path, out: Path | None = None) -> Path:
     return write_page(target, render_serve(doc))
 
 
-ENGINE_KEYS = (
-    "decode_share",
-    "prefill_share",
-    "idle_share",
-    "step_ms",
-    "rows_per_step",
-    "bucket_rows_per_step",
-    "prefill_ms",
-    "prefill_tok_s",
-    "prefill_padding",
-    "engine_cpu",
-    "http_cpu",
-    "host_ms_per_turn",
-    "wait_share",
-    "engine_gc",
-    "http_gc",
-)
-
-
 def _share_or_fmt(key: str, value: float | None) -> str:
-    if value is not None and key.endswith(("_share", "_gc")):
+    if value is not None and key in SHARES:
         return f"{value:.0%}"
     return fmt(value)
 
@@ -169,26 +151,10 @@ def render_serve(doc: dict[str, Any]) -> str:
     figures = table(head, body, set(range(len(head))))
     engine_rows = [(r["concurrency"], r.get("engine") or {}) for r in rows]
     if any(e.get("step_ms") is not None for _, e in engine_rows):
-        spent = [
-            "streams",
-            "decode",
-            "prefill",
-            "idle",
-            "step ms",
-            "rows/step",
-            "bucket rows",
-            "prefill ms",
-            "prefill tok/s",
-            "padding",
-            "engine CPU",
-            "HTTP CPU",
-            "host ms/turn",
-            "host wait",
-            "engine GC",
-            "HTTP GC",
+        spent = ["streams", *LABELS.values()]
+        spent_body = [
+            [fmt(c), *(_share_or_fmt(k, e.get(k)) for k in FIELDS)] for c, e in engine_rows
         ]
-        keys = ENGINE_KEYS
-        spent_body = [[fmt(c), *(_share_or_fmt(k, e.get(k)) for k in keys)] for c, e in engine_rows]
         figures += (
             "<h3>Where the time went (device time over the load's wall time; "
             "CPU seconds per second)</h3>" + table(spent, spent_body, set(range(len(spent))))
