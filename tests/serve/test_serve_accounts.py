@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from evokernel.bench.serve_accounts import ENGINE_SERIES, FIELDS, TURN_PHASES, accounts, parse
+from evokernel.serve.accounts import HOST_PHASES
 from evokernel.serve.metrics import Metrics
-from evokernel.serve.scheduler import HOST_PHASES
 
 
 def work(decode_s, steps, rows, bucket, prefill_s, prefills, tokens, padded, busy, cpu, turns=0):

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evokernel.serve.scheduler import HOST_PHASES
+from evokernel.serve.accounts import HOST_PHASES
 
 TURN_PHASES = tuple(p for p in HOST_PHASES if p not in ("poll", "idle"))
 

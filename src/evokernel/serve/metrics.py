@@ -53,8 +53,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from evokernel.engine.batching import batch_buckets
+from evokernel.serve.accounts import HOST_PHASES
 from evokernel.serve.gc_clock import GcClock
-from evokernel.serve.scheduler import HOST_PHASES
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 WORKS = ("prefill", "decode")

@@ -17,12 +17,12 @@ a turn with no events and no step still sends them when running or waiting chang
 `work` is the engine's running accounts, {"clock", "host", "busy_s", "cpu_s", "gc_s"}: the
 device time, launches and units of its prefills and decode steps so far (engine/work_clock.py;
 a launch counts once it has finished), the host's time in each phase of its loop
-(`HOST_PHASES`, and "turns": their count), the wall time it had requests running or waiting,
-its process's CPU time and its time in Python's garbage collector (serve/gc_clock.py; the
-heap alive after start-up is frozen), all cumulative since start-up. The host's "wait" is
-time blocked on the device (a step's or prefill's tokens): where it is small beside the
-turn, the host, not the device, sets the pace; "poll" is reading messages while busy, "idle"
-waiting for them with nothing to do.
+(serve/accounts.py `HOST_PHASES`, and "turns": their count), the wall time it had requests
+running or waiting, its process's CPU time and its time in Python's garbage collector
+(serve/gc_clock.py; the heap alive after start-up is frozen), all cumulative since start-up.
+The host's "wait" is time blocked on the device (a step's or prefill's tokens): where it is
+small beside the turn, the host, not the device, sets the pace; "poll" is reading messages
+while busy, "idle" waiting for them with nothing to do.
 
 One turn of the loop:
   1. read messages (blocking only when there is nothing to do);
@@ -54,14 +54,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from evokernel.engine.batching import PREFILL_ROWS, BatchRunner, PendingTokens, RowParams
+from evokernel.serve.accounts import HOST_KEYS
 from evokernel.serve.gc_clock import GcClock, settle
 
 IDLE_POLL_S = 0.5  # how often an idle engine checks that its parent is alive
-# the loop's host phases: read messages while busy, release and compact slots, admit (prefill
-# launches), launch the step, wait for tokens, deliver them (events), send the message; and
-# wait for messages with nothing to do
-HOST_PHASES = ("poll", "release", "admit", "launch", "wait", "deliver", "send", "idle")
-HOST_KEYS = (*HOST_PHASES, "turns")
 
 
 @dataclass(frozen=True)
