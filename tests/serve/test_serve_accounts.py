@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from evokernel.bench.serve_accounts import ENGINE_SERIES, FIELDS, TURN_PHASES, accounts, parse
+from evokernel.bench.serve_accounts import ENGINE_SERIES, FIELDS, NOT_TURN, accounts, parse
 from evokernel.serve.accounts import HOST_PHASES
 from evokernel.serve.metrics import Metrics
 
@@ -24,7 +24,7 @@ def test_the_servers_rendered_series_parse_back():
     m = Metrics(8)
     m.engine_stats(3, 3, 0, work(0.5, 100, 700, 800, 0.2, 10, 3000, 4096, 0.9, 1.5))
     values = parse(m.render().decode())
-    assert set(values) == set(ENGINE_SERIES)
+    assert set(values) == set(ENGINE_SERIES) | {f"host_{p}_s" for p in HOST_PHASES}
     assert values["decode_s"] == 0.5 and values["steps"] == 100 and values["rows"] == 700
     assert values["bucket_rows"] == 800 and values["prefill_s"] == 0.2
     assert values["prompt_tokens"] == 3000 and values["padded_tokens"] == 4096
@@ -49,7 +49,8 @@ def test_two_scrapes_give_the_loads_shares_and_means():
     assert a["prefill_padding"] == pytest.approx(2272 / 2000)
     assert a["busy_share"] == pytest.approx(1.0) and a["engine_cpu"] == pytest.approx(0.75)
     assert a["http_cpu"] == pytest.approx(0.2)
-    assert a["host_ms_per_turn"] == pytest.approx(0.1 * (len(TURN_PHASES) - 1))  # not the wait
+    turn = [p for p in HOST_PHASES if p not in NOT_TURN]  # not the polls, idle time or waits
+    assert a["host_ms_per_turn"] == pytest.approx(0.1 * len(turn))
     assert a["engine_gc"] == pytest.approx(0.15 / 2.0) and a["http_gc"] >= 0
     assert a["server_ttft_ms"] is None  # no request arrived between the scrapes
     assert a["wait_share"] == pytest.approx(800 * 1e-4 / 2.0)

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evokernel.serve.accounts import HOST_PHASES
-
-TURN_PHASES = tuple(p for p in HOST_PHASES if p not in ("poll", "idle"))
+HOST_SERIES = "evokernel_engine_host_seconds_total"  # one sample per phase label
+NOT_TURN = ("poll", "idle", "wait")  # phases outside a turn's own host work
 
 ENGINE_SERIES = {
     "decode_s": ("evokernel_engine_device_seconds_total", {"work": "decode"}),
@@ -56,10 +55,6 @@ ENGINE_SERIES = {
     "server_ttfts": ("evokernel_time_to_first_token_seconds_count", {}),
     "engine_gc_s": ("evokernel_gc_seconds_total", {"process": "engine"}),
     "http_gc_s": ("evokernel_gc_seconds_total", {"process": "http"}),
-    **{
-        f"host_{phase}_s": ("evokernel_engine_host_seconds_total", {"phase": phase})
-        for phase in HOST_PHASES
-    },
 }
 LABELS = {  # each field's column heading (CSV: the field's own name, `engine_` before it)
     "decode_share": "decode",
@@ -92,6 +87,8 @@ def parse(text: str) -> dict[str, float]:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name == HOST_SERIES:  # the engine's loop phases, whichever it reports
+                values[f"host_{sample.labels.get('phase')}_s"] = float(sample.value)
             for key, (name, labels) in ENGINE_SERIES.items():
                 wanted = all(sample.labels.get(k) == v for k, v in labels.items())
                 if sample.name == name and wanted:
@@ -112,6 +109,8 @@ def accounts(before: dict[str, float], after: dict[str, float], wall_s: float) -
     if any(k not in before or k not in after for k in ENGINE_SERIES) or wall_s <= 0:
         return {**dict.fromkeys(FIELDS), "host_us_per_turn": None}
     d = {k: after[k] - before[k] for k in ENGINE_SERIES}
+    phases = [k[5:-2] for k in after if k.startswith("host_") and k in before]
+    host = {p: after[f"host_{p}_s"] - before[f"host_{p}_s"] for p in phases}
 
     def ratio(a: float, b: float) -> float | None:
         return a / b if b > 0 else None
@@ -134,11 +133,11 @@ def accounts(before: dict[str, float], after: dict[str, float], wall_s: float) -
         "engine_cpu": d["engine_cpu_s"] / wall_s,
         "http_cpu": d["http_cpu_s"] / wall_s,
         "host_ms_per_turn": ratio(
-            sum(d[f"host_{p}_s"] for p in TURN_PHASES if p != "wait") * 1e3, d["turns"]
+            sum(v for p, v in host.items() if p not in NOT_TURN) * 1e3, d["turns"]
         ),
-        "wait_share": d["host_wait_s"] / wall_s,
+        "wait_share": host["wait"] / wall_s if "wait" in host else None,
         "engine_gc": d["engine_gc_s"] / wall_s,
         "http_gc": d["http_gc_s"] / wall_s,
         "server_ttft_ms": None if server_ttft is None else server_ttft * 1e3,
-        "host_us_per_turn": {p: ratio(d[f"host_{p}_s"] * 1e6, d["turns"]) for p in HOST_PHASES},
+        "host_us_per_turn": {p: ratio(v * 1e6, d["turns"]) for p, v in host.items()},
     }
