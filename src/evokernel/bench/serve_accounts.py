@@ -6,7 +6,8 @@
 
 The engine reports cumulative accounts (serve/metrics.py): the device time of its prefills and
 decode steps, their launches, prompt tokens and decode rows (used, and computed with padding),
-its wall time in turns and its CPU time; the HTTP process reports its own CPU time. The
+its host time per loop phase, its wall time with requests, its CPU and GC time; the HTTP
+process reports its own CPU and GC time. The
 difference of two scrapes, over the load's wall time, says what limited the load:
 
   decode_share, prefill_share   device time in decode steps / prefills, over the wall time;

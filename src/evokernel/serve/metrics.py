@@ -14,14 +14,16 @@
   evokernel_request_duration_seconds              histogram: arrival -> last token
   evokernel_engine_device_seconds_total{work}     device time of the engine's launches,
                                                   work "prefill" or "decode"
-  evokernel_engine_launches_total{work}           prefills (one prompt each) and decode steps
+  evokernel_engine_launches_total{work}           prefill launches (one or several prompts of a
+                                                  length bucket) and decode steps
   evokernel_engine_units_total{work, kind}        kind "used": prompt tokens / active rows;
                                                   "computed": the padded length / batch bucket
   evokernel_engine_host_seconds_total{phase}      the engine's host time per phase of its turns
-                                                  (serve/scheduler.py HOST_PHASES; "wait":
+                                                  (serve/accounts.py HOST_PHASES; "wait":
                                                   blocked on the device)
   evokernel_engine_turns_total                    the engine loop's turns
-  evokernel_engine_busy_seconds_total             engine wall time in turns (work to do)
+  evokernel_engine_busy_seconds_total             engine wall time with requests running or
+                                                  waiting (its phases but "idle")
   evokernel_engine_cpu_seconds_total              the engine process's CPU time
   evokernel_gc_seconds_total{process}             time in Python's garbage collector, process
                                                   "engine" or "http" (serve/gc_clock.py)
@@ -103,8 +105,8 @@ class EngineWork(Collector):
         )
         yield CounterMetricFamily(
             "evokernel_engine_busy_seconds",
-            "Engine wall time in turns",
-            value=self.work.get("busy_s", 0.0),
+            "Engine wall time with requests",
+            value=sum(host.get(p, 0.0) for p in HOST_PHASES if p != "idle"),
         )
         yield CounterMetricFamily(
             "evokernel_engine_cpu_seconds",

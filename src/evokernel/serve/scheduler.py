@@ -14,11 +14,11 @@ duplex pipe in token ids only; this module imports no HTTP code. Messages, all t
 tokens in order; `finish` is "stop" (a stop id: EOS unless ignored) or "length" (max_tokens)
 on a request's last token. `stats` is (rows of the step launched this turn, running, waiting);
 a turn with no events and no step still sends them when running or waiting changed.
-`work` is the engine's running accounts, {"clock", "host", "busy_s", "cpu_s", "gc_s"}: the
+`work` is the engine's running accounts, {"clock", "host", "cpu_s", "gc_s"}: the
 device time, launches and units of its prefills and decode steps so far (engine/work_clock.py;
 a launch counts once it has finished), the host's time in each phase of its loop
-(serve/accounts.py `HOST_PHASES`, and "turns": their count), the wall time it had requests
-running or waiting, its process's CPU time and its time in Python's garbage collector
+(serve/accounts.py `HOST_PHASES`, and "turns": their count; every phase but "idle" is time
+with requests running or waiting), its process's CPU time and its time in Python's garbage collector
 (serve/gc_clock.py; the heap alive after start-up is frozen), all cumulative since start-up.
 The host's "wait" is time blocked on the device (a step's or prefill's tokens): where it is
 small beside the turn, the host, not the device, sets the pace; "poll" is reading messages
@@ -268,7 +268,6 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
     import torch
 
     last: tuple[int, int] = (0, 0)  # (running, waiting) last sent
-    busy_s = 0.0  # wall time with requests running or waiting
     host, gc_clock = scheduler.host, GcClock()
     with torch.inference_mode():
         while True:
@@ -288,28 +287,21 @@ def _loop(conn: Connection, scheduler: Scheduler) -> None:
                 timeout = 0.0
             if os.getppid() == 1:
                 return  # orphaned (the parent died without a word)
-            polled = time.perf_counter()
-            host["poll" if was_busy else "idle"] += polled - top
-            if was_busy:
-                busy_s += polled - top
+            host["poll" if was_busy else "idle"] += time.perf_counter() - top
             if not scheduler.busy:
                 continue
             events, stats = scheduler.turn()
             sending = time.perf_counter()
-            busy_s += sending - polled
             if events or stats[0] or stats[1:] != last:
                 work = {
                     "clock": scheduler.runner.clock.snapshot(),
                     "host": dict(host),
-                    "busy_s": busy_s,
                     "cpu_s": time.process_time(),
                     "gc_s": gc_clock.seconds,
                 }
                 conn.send(("out", events, stats, work))
                 last = stats[1:]
-            spent = time.perf_counter() - sending
-            host["send"] += spent
-            busy_s += spent
+            host["send"] += time.perf_counter() - sending
 
 
 def _cuda(device: str | None) -> bool:
