@@ -16,6 +16,11 @@
 #                                          8,192, one `bench decode` run: about 3 minutes
 #   scripts/gpu/quant_check.sh e2e-4b      the same for a random Qwen3-4B shape (8 GB
 #                                          checkpoint; quantized heads only): about 12 minutes
+#   scripts/gpu/quant_check.sh launches    `evokernel tune` on random Qwen3-0.6B quantized in
+#                                          each of $LAUNCH_FORMATS (default: the headline
+#                                          three): each packed projection's launch measured,
+#                                          then confirmed end to end per context bucket
+#                                          (tune/quant.py): about 3 minutes a format
 #
 # `e2e` needs the engine's fused ops to dispatch packed weights to ops/quant.py. Outputs go to
 # $OUT (./out): JSON, CSV and a log per step. CKPT (/tmp/evokernel-quant) holds the
@@ -81,6 +86,24 @@ quick() {
     --quantized "$CKPT/q06-fp8-hfp8" --quantized "$CKPT/q06-int8-hint8" \
     --quantized "$CKPT/q06-int4-hint8" --out "$OUT/quant_bench_quick.json" \
     2>&1 | tee "$OUT/quant_bench_quick.log"
+}
+
+# launches: tune each quantized checkpoint; the pack's table is the last lines of each log
+launches() {
+  local base=$CKPT/q06-bf16 name
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \
+    || return 1
+  for name in ${LAUNCH_FORMATS:-fp8-hfp8 int8-hint8 int4-hint8}; do
+    case $name in
+      fp8-hfp8) quantize "$base" "q06-$name" --format fp8 --head fp8 ;;
+      int8-hint8) quantize "$base" "q06-$name" --format int8 --head int8 ;;
+      int8g-hint8) quantize "$base" "q06-$name" --format int8 --group-size -1 --head int8 ;;
+      int4-hint8) quantize "$base" "q06-$name" --format int4 --head int8 ;;
+      *) echo "unknown format $name"; return 1 ;;
+    esac
+    "${EK[@]}" tune --model "$CKPT/q06-$name" --out "$OUT/pack-q06-$name" \
+      2>&1 | tee "$OUT/launches_q06-$name.log" || return 1
+  done
 }
 
 e2e() {

@@ -26,6 +26,7 @@ from evokernel.model.quant.packed import Fp8Weight, cdiv
 from evokernel.ops import decode, quant
 from evokernel.ops.decode import DecodeTuning, argmax_keys
 from evokernel.ops.grid import MAX_ROWS
+from evokernel.ops.tuning import DEFAULT, check_tuning
 
 # (bits, group, zeros, zero_offset, perm)
 INT_CASES = [
@@ -185,15 +186,47 @@ def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     g = torch.Generator().manual_seed(1)
     small, large = int_weight(64, 1024, 4, 128, g), int_weight(64, 4096, 4, 128, g)
     rules = quant.CHOICES[("int4", "norm_linear")]
-    assert quant.choice(small, "norm_linear") == rules[0][1:]
-    assert quant.choice(large, "norm_linear") == rules[-1][1:]
+    assert quant.choice(small, "norm_linear") == (*rules[0][1:], 0)
+    assert quant.choice(large, "norm_linear") == (*rules[-1][1:], 0)
     assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][-1][2]
     middle = int_weight(64, 2048, 4, 128, g)  # no strided 4-bit passes past K 1,024
     assert quant.choice(middle, "norm_linear")[0] == "interleave"
     monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
-    assert quant.choice(large, "gate_up") == ("convert", quant.CHOICES[("int4", "gate_up")][-1][2])
+    want = ("convert", quant.CHOICES[("int4", "gate_up")][-1][2], 0)
+    assert quant.choice(large, "gate_up") == want
     with pytest.raises(AssertionError):
         quant.choice(small, "attention")
+
+
+def test_a_tuning_entry_overrides_the_table_for_its_format_op_and_k() -> None:
+    g = torch.Generator().manual_seed(1)
+    small, large = int_weight(64, 1024, 4, 128, g), int_weight(64, 4096, 4, 128, g)
+    tuned = check_tuning(DEFAULT._replace(quant=(("int4", "norm_linear", 1024, "early", 2, 8192),)))
+    assert quant.choice(small, "norm_linear", tuned) == ("early", 2, 8192)
+    assert quant.choice(small, "gate_up", tuned) == quant.choice(small, "gate_up")  # other op
+    assert quant.choice(large, "norm_linear", tuned) == quant.choice(large, "norm_linear")
+    lay = quant.layout(small, "norm_linear", tuned)
+    assert (lay.meta["DEQ"], lay.warps, lay.tile_bytes) == (quant.DEQ_CODES["early"], 2, 8192)
+    # 8 KB of float32 values ("early": 4 bytes a value, 1,024 a row): 2 rows a program
+    assert quant.block_n(64, lay, torch.device("cpu"), tuned) <= 2
+    for bad in (
+        ("int3", "norm_linear", 1024, "early", 0, 0),
+        ("int4", "qkv", 1024, "early", 0, 0),
+        ("int4", "norm_linear", 1024, "fast", 0, 0),
+        ("int4", "head", 0, "early", 0, 0),
+        ("int4", "head", 64, "early", 3, 0),
+        ("int4", "head", 64, "early", 0, 3000),
+    ):
+        with pytest.raises(AssertionError):
+            check_tuning(DEFAULT._replace(quant=(bad,)))
+
+
+def test_the_declared_modes_leave_out_the_known_bad_region() -> None:
+    g = torch.Generator().manual_seed(1)
+    assert quant.modes(int_weight(64, 1024, 4, 128, g), "norm_linear") == (
+        "interleave", "convert", "magic", "early")  # fmt: skip
+    assert quant.modes(int_weight(64, 2048, 4, 128, g), "gate_up") == ("interleave",)
+    assert "interleave" not in quant.modes(int_weight(64, 2048, 8, 128, g), "head")
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -25,8 +25,9 @@ kernels' `tuning.tile_bytes` tile (so a quarter of those bytes, packed, at 4 bit
 follow the values), with BLOCK_N lowered until there are at least as many programs as SMs,
 as the dense launchers do (`block_n`); the head's tile is at least `HEAD_TILE_BYTES`, and an
 "early" dequantisation (below) counts 4 bytes a value. Warps: `tuning.gemv_warps`, else 8 for
-tiles of >= 16K values and 4 below. How each op turns packed values into floats:
-`choice` (`CHOICES`, per format, op and K). Everything depends on shapes and
+tiles of >= 16K values and 4 below. How each op turns packed values into floats, its warps
+and its tile: `choice` (`tuning.quant`'s entry for the weight's format, op and K, else
+`CHOICES`, per format, op and K). Everything depends on shapes and
 host-side values only: no host sync, graph-capturable.
 """
 
@@ -41,7 +42,7 @@ from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.weights import PackedWeight
 from evokernel.ops.grid import cdiv, check_rows, next_pow2
 from evokernel.ops.layer import sm_count
-from evokernel.ops.tuning import DEFAULT, DecodeTuning
+from evokernel.ops.tuning import DEFAULT, QUANT_MODES, QUANT_OPS, DecodeTuning
 
 LINEAR_KERNEL_ROWS = 16
 # How and when the kernels turn packed values into float32 (kernels/quant_gemv.py DEQ):
@@ -60,12 +61,15 @@ LINEAR_KERNEL_ROWS = 16
 # the shape: an "early" FP8 qkv is ~20% faster at K 1,024 and 18% slower at 4,096; 4-bit
 # per-value passes (`convert`, `magic`, strided activations) beat `interleave` by 12% at
 # K 1,024 (qkv) and are 3x slower at 2,048 (o_proj), 4-17x at 8B. A table measured at two
-# shapes, not a search. `DEQUANT`, when set, forces one mode for every launch in the process
-# (the bench's variants); `DecodeTuning.gemv_warps` the warps.
-DEQ_CODES = {"convert": 0, "magic": 1, "early": 2, "interleave": 3}
-OPS = ("norm_linear", "linear_residual", "gate_up", "head")
+# shapes, not a search: `tune` measures the declared space (`modes`, WARPS, TILE_BYTES,
+# HEAD_TILES) on a checkpoint's own weights and a kernel pack carries what it chose as
+# `DecodeTuning.quant` entries, which take precedence (tune/quant.py). `DEQUANT`, when set,
+# forces one mode for every launch in the process (the bench's variants);
+# `DecodeTuning.gemv_warps` the warps.
+DEQ_CODES = {mode: code for code, mode in enumerate(QUANT_MODES)}  # kernels/quant_gemv.py DEQ
+OPS = QUANT_OPS
 GATHER_K = 4096  # act-order: from this K the launcher gathers the activations (`layout`)
-Choice = tuple[str, int]
+Choice = tuple[str, int, int]  # (mode, warps: 0 by the tile, tile bytes: 0 the launcher's)
 Rule = tuple[int | None, str, int]  # (max K or None, mode, warps)
 CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("fp8", "norm_linear"): ((2048, "early", 0), (None, "convert", 0)),
@@ -85,6 +89,12 @@ DEQUANT: str | None = None
 # The head's programs take this many tile bytes at the least (its 150K rows make plenty of
 # programs; larger tiles cut their number and per-program overhead: 8-13% on an H100).
 HEAD_TILE_BYTES = 64 * 1024
+PER_VALUE_MAX_K = 1024  # 4 bits: per-value passes measured no faster than `interleave` beyond
+# `tune`'s declared space besides the modes: warps (0: by the tile) and tile bytes (0: the
+# launcher's `tuning.tile_bytes`, the head's at least HEAD_TILE_BYTES)
+WARPS = (0, 4, 8)
+TILE_BYTES = (0, 16 * 1024, 64 * 1024)
+HEAD_TILES = (0, 128 * 1024)
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class Layout:
     row_bytes: int  # packed bytes one row loads (padding included)
     values_per_row: int  # values one row unpacks (padding included)
     warps: int = 0  # the op's warps for this format (0: by the tile's values)
+    tile_bytes: int = 0  # a program's tile bytes (0: the launcher's `tuning.tile_bytes`)
     gather: torch.Tensor | None = None  # int32 [K]: stored column c is input column gather[c]
 
     def stored(self, t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -106,17 +117,34 @@ class Layout:
         return t if self.gather is None else t.index_select(dim, self.gather)
 
 
-def choice(w: PackedWeight, op: str) -> Choice:
-    """(mode, warps) `op` (one of OPS) runs `w` with: the first of `CHOICES`' rules for its
-    format and op that covers its K, the mode forced by `DEQUANT` if set."""
+def choice(w: PackedWeight, op: str, tuning: DecodeTuning = DEFAULT) -> Choice:
+    """(mode, warps, tile bytes) `op` (one of OPS) runs `w` with: `tuning.quant`'s entry for
+    its format, op and K where there is one (a pack's measured choice), else the first of
+    `CHOICES`' rules for its format and op that covers its K (tile bytes 0: the launcher's);
+    the mode forced by `DEQUANT` if set."""
     assert op in OPS, op
     K = w.shape[1]
+    for fmt, o, k, mode, warps, tile in tuning.quant:
+        if (fmt, o, k) == (w.format, op, K):
+            return DEQUANT or mode, warps, tile
     rules = CHOICES.get((w.format, op), ((None, "convert", 0),))
     mode, warps = next((m, wp) for k, m, wp in rules if k is None or k >= K)
-    return DEQUANT or mode, warps
+    return DEQUANT or mode, warps, 0
 
 
-def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
+def modes(w: PackedWeight, op: str) -> tuple[str, ...]:
+    """The dequantisation modes `op` may run `w` with (`tune`'s declared space for them):
+    every mode of its format, except the 4-bit per-value passes above K 1,024 (3-17x
+    slower than `interleave` there: the known-bad region, never sampled)."""
+    assert op in OPS, op
+    if w.format != "int4":
+        return ("convert", "magic", "early")
+    if w.shape[1] > PER_VALUE_MAX_K:
+        return ("interleave",)
+    return ("interleave", "convert", "magic", "early")
+
+
+def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFAULT) -> Layout:
     """The kernels' view of `w` for `op`: its packed values as a byte tensor [N, row bytes]
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
     permutation, and the constexprs (DEQ and the warps from `choice`). An act-order
@@ -126,7 +154,7 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
     launches at Qwen3-0.6B's K (1,024-3,072) and mostly 1.6-4.5x slower at Qwen3-8B's
     (4,096-12,288; docs/perf-log.md)."""
     _N, K = w.shape
-    mode, warps = choice(w, op)
+    mode, warps, tile = choice(w, op, tuning)
     deq = DEQ_CODES[mode]
     magic = mode == "magic"
     if isinstance(w, Fp8Weight):
@@ -139,7 +167,13 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
         meta = dict(FP8=True, BITS=8, GS=gs, NG=ng, GB=gb, SCALE_ROWS=w.block_n, HAS_Z=False,
                     ZOFF=0, HAS_PERM=False, DEQ=deq)  # fmt: skip
         return Layout(
-            (q, s, s, s), (q.stride(0), s.stride(0), 0), meta, ng * gb + 4 * ng, ng * gb, warps
+            (q, s, s, s),
+            (q.stride(0), s.stride(0), 0),
+            meta,
+            ng * gb + 4 * ng,
+            ng * gb,
+            warps,
+            tile,
         )
     assert isinstance(w, IntWeight), type(w)
     gs = w.group_size
@@ -155,7 +189,8 @@ def layout(w: PackedWeight, op: str = "norm_linear") -> Layout:
                 HAS_PERM=in_kernel, DEQ=deq)  # fmt: skip
     row_bytes = ng * gb + ng * (s.element_size() + (1 if w.zeros is not None else 0))
     return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
-                  ng * gb * (8 // w.bits), warps, None if in_kernel else w.perm)  # fmt: skip
+                  ng * gb * (8 // w.bits), warps, tile,
+                  None if in_kernel else w.perm)  # fmt: skip
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -171,7 +206,7 @@ def block_n(N: int, lay: Layout, device: torch.device, tuning: DecodeTuning, til
     activations it pairs them with (sm_90 builds at Qwen3-0.6B's shapes: int4 tiles of 32 KB
     packed need 255 registers a thread, one program per SM; of 16K values, 128)."""
     per_row = (4 if lay.meta["DEQ"] == DEQ_CODES["early"] else 2) * lay.values_per_row * tiles
-    block = max(1, min(next_pow2(N), tuning.tile_bytes // per_row))
+    block = max(1, min(next_pow2(N), (lay.tile_bytes or tuning.tile_bytes) // per_row))
     block = 1 << (block.bit_length() - 1)
     while block > 1 and cdiv(N, block) < sm_count(device):
         block //= 2
@@ -189,10 +224,10 @@ def _check_rows(x: torch.Tensor, K: int) -> int:
     return check_rows(x, K)
 
 
-def _check(weight: PackedWeight, x: torch.Tensor, op: str) -> Layout:
+def _check(weight: PackedWeight, x: torch.Tensor, op: str, tuning: DecodeTuning) -> Layout:
     assert isinstance(weight, PackedWeight), type(weight)
     assert weight.device == x.device, (weight.device, x.device)
-    return layout(weight, op)
+    return layout(weight, op, tuning)
 
 
 def norm_linear(
@@ -223,7 +258,7 @@ def _gemv(
 
     N, K = weight.shape
     M = x.shape[0]
-    lay = _check(weight, x, "norm_linear")
+    lay = _check(weight, x, "norm_linear", tuning)
     if bias is not None:
         assert bias.shape == (N,) and bias.dtype == x.dtype and bias.stride(0) == 1
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
@@ -264,7 +299,7 @@ def linear_residual(
     N, K = weight.shape
     M = _check_rows(x, K)
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
-    lay = _check(weight, x, "linear_residual")
+    lay = _check(weight, x, "linear_residual", tuning)
     x = lay.stored(x, 1)
     bn = block_n(N, lay, x.device, tuning)
     quant_gemv_add_kernel[(cdiv(N, bn),)](
@@ -288,7 +323,7 @@ def norm_gate_up_silu(
     two_i, K = gate_up.shape
     M = _check_rows(x, K)
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
-    lay = _check(gate_up, x, "gate_up")
+    lay = _check(gate_up, x, "gate_up", tuning)
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
@@ -312,7 +347,8 @@ def _head(
     V, K = lm_head.shape
     M = _check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
-    lay = _check(lm_head, x, "head")
+    lay = _check(lm_head, x, "head", tuning)
+    # At least HEAD_TILE_BYTES, unless the layout's choice names its own tile
     tuning = tuning._replace(tile_bytes=max(tuning.tile_bytes, HEAD_TILE_BYTES))
     bn = block_n(V, lay, x.device, tuning)
     out = logits if logits is not None else x  # an unused pointer argument

@@ -8,6 +8,7 @@
                                      `pdl`, by default on sm_90+ GPUs), the task seeds for
                                      `linear` and `decode_attention`, torch for the rest
   opset.with_candidate(name, path)   one op replaced by a candidate file's entry point
+  opset.retuned(**fields)            the fused decode ops with `DecodeTuning` fields replaced
   opset.origin[name]                 where each op came from ("torch", "triton", "triton+pdl",
                                      a file path, "pack:<dir>", or "composed" for a fused op
                                      built from plain ops that are not all torch)
@@ -181,6 +182,19 @@ class OpSet:
         for name, fn in fns.items():
             object.__setattr__(new, name, fn)
         return new
+
+    def retuned(self, label: str | None = None, **fields: Any) -> OpSet:
+        """A copy whose fused decode ops of ops/decode.py (as `triton` binds them) run with
+        these `DecodeTuning` fields replaced (checked), their origin `label` when given; ops
+        from elsewhere are unchanged."""
+        impls: dict[str, tuple[Op, str]] = {}
+        for name in KERNEL_OPS:
+            fn = getattr(self, name)
+            if isinstance(fn, functools.partial) and "tuning" in fn.keywords:
+                tuning = check_tuning(fn.keywords["tuning"]._replace(**fields))
+                bound = functools.partial(fn.func, *fn.args, **{**fn.keywords, "tuning": tuning})
+                impls[name] = (bound, label or self.origin.get(name, "triton"))
+        return self.replace(**impls) if impls else self
 
     def with_candidate(self, op_name: str, path: str | Path, entry: str | None = None) -> OpSet:
         """A copy whose `op_name` is the function `entry` (default: the task's entry point,

@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# The names a `quant` entry may use (ops/quant.py: formats of model/quant/packed.py, the
+# fused ops, the dequantisation modes of kernels/quant_gemv.py).
+QUANT_FORMATS = ("fp8", "int8", "int4")
+QUANT_OPS = ("norm_linear", "linear_residual", "gate_up", "head")
+QUANT_MODES = ("convert", "magic", "early", "interleave")
+
 
 class DecodeTuning(NamedTuple):
     """Launch choices of the fused decode kernels (none changes a result)."""
@@ -44,6 +50,11 @@ class DecodeTuning(NamedTuple):
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
+    # Packed (quantized) projections: (format, op, K, mode, warps, tile_bytes) entries that
+    # override ops/quant.py's `CHOICES` table for the weights of that format, op and K (the
+    # dequantisation mode, warps with 0 for "by the tile", a program's tile bytes with 0 for
+    # the launcher's default); set by a kernel pack's measured choices (tune/quant.py)
+    quant: tuple[tuple[str, str, int, str, int, int], ...] = ()
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -77,6 +88,12 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 64, "rows blocks"
     assert t.rows_prenorm in (0, 1, 2) and t.rows_block_m in (16, 32, 64), "rows_prenorm/m"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
+    for entry in t.quant:
+        assert len(entry) == 6, "quant entries are (format, op, K, mode, warps, tile_bytes)"
+        fmt, op, k, mode, warps, tile = entry
+        assert fmt in QUANT_FORMATS and op in QUANT_OPS and mode in QUANT_MODES, f"quant {entry}"
+        assert k >= 1 and warps in (0, 1, 2, 4, 8, 16), f"quant {entry}"
+        assert tile == 0 or (tile >= 1024 and tile & (tile - 1) == 0), f"quant {entry}"
     return t
 
 

@@ -74,7 +74,11 @@ def all_tasks() -> list[Task]:
 
 
 def engine_tasks(cfg: ModelConfig) -> list[str]:
-    """The tasks whose winners a kernel pack carries for the engine, at `cfg`'s shapes."""
+    """The tasks whose winners a kernel pack carries for the engine, at `cfg`'s shapes. None
+    for a quantized checkpoint: the tasks' programs take dense projections (`tune` measures
+    the packed kernels' launch choices instead, tune/quant.py)."""
+    if cfg.quantization is not None:
+        return []
     names = []
     for entry in OP_TASKS.values():
         if not entry.pack:

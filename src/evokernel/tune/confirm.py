@@ -102,7 +102,9 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
                         "error": got["error"] or same["error"],
                     }
                 )
-            kept = all(c["error"] is None and c["ci"][0] > _floor(c["control_ci"]) for c in checks)
+            kept = all(
+                c["error"] is None and c["ci"][0] > control_floor(c["control_ci"]) for c in checks
+            )
             keys = ("position", "speedup", "ci", "control_ci", "program")
             record = tuple({k: c[k] for k in keys} for c in checks)
             if kept:
@@ -127,10 +129,10 @@ def confirm_pack(pack: Pack, model_dir: Path, device: str, stream: TextIO | None
     return save_pack(new, files)
 
 
-def _floor(control_ci: list[float] | None) -> float:
+def control_floor(control_ci: list[float] | None) -> float:
     """What a pack's lower bound must exceed: 1, and the control's upper bound (how much
     faster a second copy of identical code measured in the same run)."""
     return max(1.0, control_ci[1]) if control_ci else 1.0
 
 
-__all__ = ["CONFIRM_ROUNDS", "CONFIRM_STEPS", "bucket_positions", "confirm_pack"]
+__all__ = ["CONFIRM_ROUNDS", "CONFIRM_STEPS", "bucket_positions", "confirm_pack", "control_floor"]

@@ -2,7 +2,9 @@
 
     outcome = tune(TuneRequest(model_dir, out, budget_minutes=30), stream=sys.stdout)
 
-For each engine task (`engine_tasks(cfg)`; today `decode_layer` at the checkpoint's shapes)
+For each engine task (`engine_tasks(cfg)`; today `decode_layer` at the checkpoint's shapes;
+none for a quantized checkpoint, whose packed kernels' launch choices are measured instead,
+tune/quant.py, and kept in the pack only when the whole step confirms them)
 the evolutionary search of `evokernel evolve` (evolve/session.py, the offline mutator unless
 the configuration gives others weight) runs in PACK_DIR/runs/<task>: a new run the first time,
 the same run resumed afterwards. Then `write_pack` writes PACK_DIR/pack.json and programs/,
@@ -118,13 +120,20 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
         if run.stop_reason == "interrupted":  # the search caught it and recorded its state
             raise KeyboardInterrupt
         runs.append(run)
+    launch = None
+    if cfg.quantization is not None:  # the packed kernels' launch choices, measured here
+        from evokernel.tune.quant import search_launch
+
+        launch = search_launch(req.model_dir, device, out)
     previous = _previous_pack(req.out)
     try:
-        pack = write_pack([r.run_dir for r in runs], cfg, req.out, device)
+        pack = write_pack([r.run_dir for r in runs], cfg, req.out, device, quantized=launch)
         if device == "cuda":  # a task scenario's win kept only where the whole step is faster
             from evokernel.tune.confirm import confirm_pack
+            from evokernel.tune.quant import confirm_launch
 
             pack = confirm_pack(pack, req.model_dir, device, out)
+            pack = confirm_launch(pack, req.model_dir, device, out)
     except BaseException:
         _put_back(req.out, previous)
         raise

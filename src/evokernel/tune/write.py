@@ -45,6 +45,7 @@ from evokernel.engine.packs.format import (
     Pack,
     PackEntry,
     PackError,
+    QuantLaunch,
     TaskTable,
     describe_device,
     describe_shape,
@@ -107,9 +108,11 @@ def write_pack(
     out_dir: Path | str,
     device: str,
     scenarios: Mapping[str, Sequence[Scenario]] | None = None,
+    quantized: QuantLaunch | None = None,
 ) -> Pack:
     """Write PACK_DIR = `out_dir` from the finished runs `run_dirs` (one per task, each with
-    dispatch.json) for the checkpoint `cfg` on this machine's `device`; return the pack."""
+    dispatch.json) for the checkpoint `cfg` on this machine's `device`, with a quantized
+    checkpoint's launch choices (tune/quant.py) when given; return the pack."""
     from evokernel.engine.graph import context_buckets
 
     runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(r) for r in run_dirs]
@@ -156,6 +159,7 @@ def write_pack(
         software=software_versions(),
         model=shape_key(cfg, _timed_dtype(device)),
         tasks=tables,
+        quantized=quantized,
     )
     return save_pack(pack, files)
 
@@ -328,9 +332,39 @@ def format_pack(pack: Pack) -> str:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if j == 0:
                 lines.append("  " + "  ".join("-" * w for w in widths))
+    if pack.quantized is not None:
+        lines += _quantized_lines(pack.quantized)
     if pack.device.get("kind") == "cpu":
         lines.append("(CPU interpreter: nothing is timed; every bucket keeps the baseline)")
     return "\n".join(lines)
+
+
+def _quantized_lines(q: QuantLaunch) -> list[str]:
+    """The launch choices: per role, the choice and its stage time against the table's."""
+    state = "run by the engine" if q.kept else "not run (the table's choices stay)"
+    lines = [f"packed projections' launches ({state}):"]
+    rows = [("role", "format", "op", "K", "mode", "warps", "tile", "us/layer (table's)")]
+    for c in q.choices:
+        us = "-"
+        if c.us is not None and c.table_us is not None:
+            us = f"{c.us:.2f} ({c.table_us:.2f})"
+        rows.append((c.role, c.format, c.op, str(c.k), c.mode, str(c.warps or "auto"),
+                     str(c.tile_bytes or "auto"), us))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for j, r in enumerate(rows):
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if j == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    for e in q.end_to_end:
+        ci, control = e.get("ci"), e.get("control_ci")
+        if e.get("speedup") is not None and ci and control:
+            lines.append(
+                f"  end to end at position {e['position']}: {e['speedup']:.4f}x "
+                f"[{ci[0]:.4f}, {ci[1]:.4f}] (control [{control[0]:.4f}, {control[1]:.4f}])"
+            )
+    if q.rule:
+        lines.append(f"  ({q.rule})")
+    return lines
 
 
 __all__ = [

@@ -58,7 +58,11 @@ class PackedOp:
 def packed_ops(ops: OpSet, pack: Pack) -> OpSet:
     """`ops` with each op the pack has a table for dispatched through it. Its origin becomes
     "pack:<dir>" where at least one bucket runs a program; a table of baselines only leaves
-    the op as it was."""
+    the op as it was. A quantized checkpoint's launch choices (`pack.quantized`, when kept)
+    go into the fused decode ops' `DecodeTuning.quant` first."""
+    if pack.quantized is not None and pack.quantized.kept and pack.quantized.choices:
+        label = f"{ops.origin.get('norm_linear', 'triton')}, launches of pack:{pack.path}"
+        ops = ops.retuned(label, quant=pack.quantized.entries())
     for table in pack.tasks.values():
         if all(e.is_baseline for e in table.entries):
             continue

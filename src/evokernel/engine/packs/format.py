@@ -29,6 +29,15 @@ pack.json, format version 1 (every key required unless marked):
           "measured": {"hidden_size": 128, ...,   the layer shape the search ran (optional;
                        "stand_in": true}          on the CPU a stand-in of the model's)
         }},
+      "quantized": {                               optional: a quantized checkpoint's launch
+        "kept": true,                              choices (tune/quant.py); the engine runs
+        "rule": "...",                             them only when kept (confirmed end to end)
+        "choices": [{"role": "qkv", "format": "fp8", "op": "norm_linear", "k": 1024,
+                     "mode": "early", "warps": 0, "tile_bytes": 0,
+                     "us": 2.61 | null, "table_us": 2.65 | null,
+                     "table": ["early", 0, 0] | null}, ...],    ops/quant.py's own
+        "end_to_end": [{"position": 1, "speedup": 1.01, "ci": [...], "control_ci": [...]}]
+      },
       "hashes": {"programs/<file>.py": "sha256:<hex>", ...},   every program the tables name
       "signature": {"scheme": "hmac-sha256", "key": "<key id>", "mac": "<hex>"} | null
     }
@@ -37,11 +46,15 @@ pack.json, format version 1 (every key required unless marked):
 the bound a CUDA graph is captured for. The dtype is the one the programs were checked and timed
 in (the device's default: bfloat16 on CUDA, float32 on the CPU). `hashes` and `signature` are
 the trust model's (engine/packs/trust.py): a program runs only when its bytes match its hash and the
-pack is signed with this user's key, or the user says to trust it.
+pack is signed with this user's key, or the user says to trust it. The `quantized` choices
+are data, not code: values from the closed sets of ops/tuning.py (`check_tuning`) that pick
+among the engine's own kernels, each giving the same result up to float32 summation order;
+they need no trust, only validation (engine/packs/load.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +156,69 @@ class TaskTable:
 
 
 @dataclass(frozen=True)
+class QuantChoice:
+    """How one packed projection runs (ops/quant.py `choice`), as tune measured it: the stage
+    per layer with this choice (`us`) and with ops/quant.py's table choice (`table_us`)."""
+
+    role: str  # qkv, o_proj, gate_up, down or head (informative)
+    format: str
+    op: str
+    k: int
+    mode: str
+    warps: int
+    tile_bytes: int
+    us: float | None = None
+    table_us: float | None = None
+    table: tuple[str, int, int] | None = None  # ops/quant.py's own (mode, warps, tile bytes)
+
+    @property
+    def table_setting(self) -> tuple[str, int, int]:
+        """The table's (mode, warps, tile bytes) for this role (this choice's where unknown)."""
+        return self.table or (self.mode, self.warps, self.tile_bytes)
+
+    def as_table(self) -> QuantChoice:
+        """This role at the table's setting (its stage time the table's)."""
+        mode, warps, tile = self.table_setting
+        return dataclasses.replace(self, mode=mode, warps=warps, tile_bytes=tile,
+                                   us=self.table_us)  # fmt: skip
+
+    def entry(self) -> tuple[str, str, int, str, int, int]:
+        """The `DecodeTuning.quant` entry the engine runs."""
+        return (self.format, self.op, self.k, self.mode, self.warps, self.tile_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role, "format": self.format, "op": self.op, "k": self.k,
+            "mode": self.mode, "warps": self.warps, "tile_bytes": self.tile_bytes,
+            "us": self.us, "table_us": self.table_us,
+            "table": list(self.table) if self.table is not None else None,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QuantLaunch:
+    """A quantized checkpoint's launch choices; the engine runs them only when `kept`."""
+
+    choices: tuple[QuantChoice, ...]
+    kept: bool
+    rule: str = ""
+    # tune/quant.py: the whole decode step with / without them, timed interleaved, by position:
+    # ({"position", "speedup", "ci", "control_ci"}, ...); () where not measured.
+    end_to_end: tuple[dict[str, Any], ...] = ()
+
+    def entries(self) -> tuple[tuple[str, str, int, str, int, int], ...]:
+        return tuple(c.entry() for c in self.choices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kept": self.kept,
+            "rule": self.rule,
+            "choices": [c.to_dict() for c in self.choices],
+            "end_to_end": [dict(e) for e in self.end_to_end],
+        }
+
+
+@dataclass(frozen=True)
 class Pack:
     path: Path  # the pack directory
     created: str
@@ -153,6 +229,7 @@ class Pack:
     tasks: dict[str, TaskTable] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)  # program -> "sha256:<hex>"
     signature: dict[str, Any] | None = None
+    quantized: QuantLaunch | None = None
     # Not in pack.json: how this process came to trust the pack's programs (engine/packs/trust.py),
     # set by packs.use.open_pack once they are admitted; None before.
     trust: str | None = field(default=None, compare=False)
@@ -167,7 +244,7 @@ class Pack:
         return [self.path / name for name in sorted(names)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "created": self.created,
@@ -179,6 +256,9 @@ class Pack:
             "hashes": dict(self.hashes),
             "signature": self.signature,
         }
+        if self.quantized is not None:
+            doc["quantized"] = self.quantized.to_dict()
+        return doc
 
 
 def task_op(task: str) -> str | None:

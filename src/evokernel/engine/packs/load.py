@@ -7,9 +7,11 @@ format or format version; malformed keys; an unknown dtype; a pack from another 
 (device names compared; a CPU pack on a GPU and the reverse too); another model shape (hidden,
 heads, kv heads, head_dim, intermediate); a dtype other than the engine's (when `dtype` is
 given); a dispatch table whose bounds do not ascend; a program file that is missing or lies
-outside the pack; malformed `hashes` or `signature`. pack.json is read only when it is a
-regular file (a FIFO there is refused, never opened for reading). Programs are not imported
-here, nor is trust decided: packs.use.open_pack does both (engine/packs/trust.py, programs.py).
+outside the pack; malformed `hashes` or `signature`; a `quantized` section whose choices are
+malformed or outside ops/tuning.py's closed sets (`check_tuning`). pack.json is read only
+when it is a regular file (a FIFO there is refused, never opened for reading). Programs are
+not imported here, nor is trust decided: packs.use.open_pack does both (engine/packs/trust.py,
+programs.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from evokernel.engine.packs.format import (
     Pack,
     PackEntry,
     PackError,
+    QuantChoice,
+    QuantLaunch,
     TaskTable,
     describe_device,
     describe_shape,
@@ -134,7 +138,46 @@ def read_pack(path: str | Path) -> Pack:
         tasks=tasks,
         hashes=_hashes(where, doc.get("hashes")),
         signature=_signature(where, doc.get("signature")),
+        quantized=_quantized(where, doc["quantized"]) if "quantized" in doc else None,
     )
+
+
+def _quantized(where: str, value: Any) -> QuantLaunch:
+    """The `quantized` section: every choice well formed and inside the closed sets."""
+    from evokernel.ops.tuning import DEFAULT, check_tuning
+
+    at = f"{where}: quantized"
+    if not isinstance(value, dict) or not isinstance(value.get("kept"), bool):
+        raise PackError(f"{at} must be an object with a boolean 'kept'")
+    raw = value.get("choices")
+    if not isinstance(raw, list):
+        raise PackError(f"{at}.choices must be a list")
+    choices = []
+    for i, item in enumerate(raw):
+        names = [item.get(k) for k in ("role", "format", "op", "mode")] if isinstance(
+            item, dict) else []  # fmt: skip
+        ints = [item.get(k) for k in ("k", "warps", "tile_bytes")] if names else []
+        if not names or not all(isinstance(v, str) for v in names) or not all(
+            _count(v) == v for v in ints
+        ):  # fmt: skip
+            raise PackError(f"{at}.choices[{i}] is malformed: {item!r}"[:300])
+        role, fmt, op, mode = (str(v) for v in names)
+        k, warps, tile = (_count(v) for v in ints)
+        table = item.get("table")
+        own = None
+        if isinstance(table, list) and len(table) == 3 and isinstance(table[0], str):
+            own = (table[0], _count(table[1]), _count(table[2]))
+        choice = QuantChoice(role, fmt, op, k, mode, warps, tile, us=_number(item.get("us")),
+                             table_us=_number(item.get("table_us")), table=own)  # fmt: skip
+        try:
+            check_tuning(DEFAULT._replace(quant=(choice.entry(), choice.as_table().entry())))
+        except AssertionError:
+            raise PackError(f"{at}.choices[{i}] is not a launch this evokernel has: "
+                            f"{choice.entry()}") from None  # fmt: skip
+        choices.append(choice)
+    rule = value.get("rule", "")
+    return QuantLaunch(tuple(choices), value["kept"], rule if isinstance(rule, str) else "",
+                       _end_to_end(value.get("end_to_end")))  # fmt: skip
 
 
 def _hashes(where: str, value: Any) -> dict[str, str]:

@@ -51,6 +51,7 @@ TICKET_COMBINE = False  # tune: False, True
 MIN_CHUNK = 16  # tune: 16, 32, 64
 ATTN_PROGRAMS_PER_SM = 2  # tune: 1, 2, 4
 MAX_SPLIT = 64  # tune: 16, 64
+QUANT = ()
 
 
 @triton.jit
@@ -814,6 +815,11 @@ class DecodeTuning(NamedTuple):
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
+    # Packed (quantized) projections: (format, op, K, mode, warps, tile_bytes) entries that
+    # override ops/quant.py's `CHOICES` table for the weights of that format, op and K (the
+    # dequantisation mode, warps with 0 for "by the tile", a program's tile bytes with 0 for
+    # the launcher's default); set by a kernel pack's measured choices (tune/quant.py)
+    quant: tuple[tuple[str, str, int, str, int, int], ...] = ()
 
     def attention_block_n(self, bound: int) -> int:
         """Positions per attention tile for a launch bounded by `bound`."""
@@ -1086,6 +1092,7 @@ def _tuning():
         min_chunk=MIN_CHUNK,
         attn_programs_per_sm=ATTN_PROGRAMS_PER_SM,
         max_split=MAX_SPLIT,
+        quant=QUANT,
         cuda_direct=False,
     )
 
