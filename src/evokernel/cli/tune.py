@@ -40,8 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "model shape and, per engine context bucket, the chosen program or the baseline "
             "with its measured speedup) and PACK_DIR/programs/. A bucket gets a program only "
             "where its 95% speedup interval lies wholly above 1; on the CPU nothing is timed, "
-            "so every bucket keeps the baseline. Use it with --kernels PACK_DIR on generate, "
-            "verify and bench decode."
+            "so every bucket keeps the baseline. On a quantized checkpoint there is no layer "
+            "program to search (the programs take dense projections): tune measures each packed "
+            "projection's launch (dequantisation mode, warps, tile) on its own weights and the "
+            "pack keeps those the whole decode step confirms, timed interleaved on this GPU. "
+            "Use it with --kernels PACK_DIR on generate, verify and bench decode."
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="checkpoint directory")
