@@ -53,7 +53,8 @@ def test_tune_on_a_quantized_checkpoint_records_its_launches_not_programs(
     doc = json.loads((cpu_pack / "pack.json").read_text())
     assert doc["tasks"] == {} and not (cpu_pack / "runs").exists()
     q = doc["quantized"]
-    assert q["kept"] is False and "not timed on the CPU" in q["rule"]
+    assert q["kept"] is False and "not timed on the CPU" in q["rule"] and q["dispatch"] == []
+    assert {c["source"] for c in q["choices"]} == {"table"}
     roles = {c["role"]: c for c in q["choices"]}
     assert set(roles) == {"qkv", "o_proj", "gate_up", "down", "head"}
     cfg = ModelConfig.from_dir(int8_dir)
@@ -70,34 +71,46 @@ def test_tune_on_a_quantized_checkpoint_records_its_launches_not_programs(
     assert code == 0, err
 
 
-def test_kept_choices_reach_the_kernels_and_change_no_token(
+def test_kept_choices_reach_the_kernels_of_their_buckets_and_change_no_token(
     int8_dir: Path, cpu_pack: Path, tmp_path: Path
 ) -> None:
+    from evokernel.engine.generate import GenerateOptions, generate
+    from evokernel.engine.graph import context_buckets
+
     pack = read_pack(cpu_pack)
-    assert pack.quantized is not None
-    choices = tuple(
-        dataclasses.replace(c, mode="magic", warps=2, tile_bytes=4096)
-        if c.role == "qkv" else c
-        for c in pack.quantized.choices
-    )  # fmt: skip
-    kept = dataclasses.replace(
-        pack, path=tmp_path / "kept",
-        quantized=dataclasses.replace(pack.quantized, choices=choices, kept=True),
-    )  # fmt: skip
-    save_pack(kept, {})
+    assert pack.quantized is not None and pack.quantized.dispatch == ()
+    table = pack.quantized.choices
+    qkv = next(c for c in table if c.role == "qkv")
+    head = next(c for c in table if c.role == "head")
+    faster_qkv = dataclasses.replace(qkv, mode="magic", warps=2, tile_bytes=4096, source="x")
+    faster_head = dataclasses.replace(head, mode="early", warps=8, source="x")
+    choices = (*table, faster_qkv, faster_head)
+    n = len(table)
+    bounds = context_buckets(ModelConfig.from_dir(int8_dir).max_position_embeddings)
+    # qkv's setting in the first bucket only; the head's everywhere (it is not per bucket)
+    dispatch = tuple((b, (n, n + 1) if i == 0 else (n + 1,)) for i, b in enumerate(bounds))
+    launch = dataclasses.replace(pack.quantized, choices=choices, kept=True, dispatch=dispatch)
+    save_pack(dataclasses.replace(pack, path=tmp_path / "kept", quantized=launch), {})
+    assert read_pack(tmp_path / "kept").quantized == launch  # written and read back as is
     plain = load_engine(int8_dir, "cpu", None, "triton", max_seq_len=16)
     tuned = load_engine(int8_dir, "cpu", None, "triton", max_seq_len=16, kernels=tmp_path / "kept")
-    tuning = tuned.ops.norm_linear.keywords["tuning"]
-    assert tuning.quant == tuple(c.entry() for c in choices)
-    assert "launches of pack:" in tuned.ops.origin["norm_linear"]
-    assert tuned.ops.origin["decode_layer"] == tuned.ops.origin["norm_linear"]
-    qkv = tuned.weights.layers[0].qkv_proj
-    assert quant.choice(qkv, "norm_linear", tuning) == ("magic", 2, 4096)
-    from evokernel.engine.generate import GenerateOptions, generate
 
+    def tuning_of(layer_fn):  # decode_layer composed of an OpSet's fused ops (ops/compose.py)
+        return layer_fn.args[0].norm_linear.keywords["tuning"]
+
+    first = tuning_of(tuned.ops.decode_layer.choose(bounds[0]))
+    later = tuning_of(tuned.ops.decode_layer.choose(bounds[0] + 1))
+    assert first.quant == (faster_qkv.entry(), faster_head.entry())
+    assert later.quant == (faster_head.entry(),)
+    assert tuned.ops.greedy_head.keywords["tuning"].quant == (faster_head.entry(),)
+    assert "launches of pack:" in tuned.ops.origin["decode_layer"]
+    w = tuned.weights.layers[0].qkv_proj
+    assert quant.choice(w, "norm_linear", first) == ("magic", 2, 4096)
+    assert quant.choice(w, "norm_linear", later) == quant.choice(w, "norm_linear")
     options = GenerateOptions(max_new_tokens=4)
     got, want = (generate(m, [[1, 2, 3, 4]], options) for m in (tuned, plain))
     assert got.tokens == want.tokens
+    assert format_pack(read_pack(tmp_path / "kept")).count("#") >= len(choices)
 
 
 def test_a_malformed_or_unknown_launch_is_refused_in_one_line(
@@ -121,6 +134,14 @@ def test_a_malformed_or_unknown_launch_is_refused_in_one_line(
         with pytest.raises(PackError) as err:
             load_pack(where, cfg, "cpu")
         assert words in str(err.value) and "\n" not in str(err.value), name
+    for name, rows in {"order": [{"max_len": 512, "choices": []}, {"max_len": 256, "choices": []}],
+                       "index": [{"max_len": 256, "choices": [99]}]}.items():  # fmt: skip
+        bad = json.loads(json.dumps(doc))
+        bad["quantized"]["dispatch"] = rows
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pack.json").write_text(json.dumps(bad))
+        with pytest.raises(PackError, match="is malformed or out of order"):
+            load_pack(tmp_path / name, cfg, "cpu")
     bad = json.loads(json.dumps(doc))
     bad["quantized"] = {"choices": []}
     (tmp_path / "nokept").mkdir()
@@ -141,3 +162,30 @@ def test_the_search_space_is_coordinate_wise_and_skips_the_known_bad_region(
     assert [s[2] for s in tune_quant.settings(head, "convert", 4, "tile")] == list(
         quant.HEAD_TILES)  # fmt: skip
     assert QuantChoice("qkv", *qkv.key, "early", 0, 0).entry()[:3] == qkv.key
+
+
+def _check(speedup: float, lo: float, hi: float, control=(0.998, 1.002)) -> dict:
+    return {"speedup": speedup, "ci": [lo, hi], "control_ci": list(control), "error": None}
+
+
+def test_each_bucket_takes_per_role_the_setting_faster_alone_there_by_the_most() -> None:
+    def c(role: str, op: str, mode: str) -> QuantChoice:
+        return QuantChoice(role, "int4", op, 1024, mode, 0, 0, source="step search")
+
+    choices = (c("qkv", "norm_linear", "magic"), c("qkv", "norm_linear", "early"),
+               c("down", "linear_residual", "convert"), c("head", "head", "magic"))  # fmt: skip
+    fast, same, slow = _check(1.05, 1.04, 1.06), _check(1.0, 0.999, 1.001), _check(0.97, 0.96, 0.98)
+    alone = {
+        0: [fast, slow],  # qkv magic: faster in bucket 0 only
+        1: [_check(1.08, 1.07, 1.09), same],  # qkv early: faster still in bucket 0
+        2: [fast, fast],  # down: faster in both
+        3: [fast, slow],  # the head: slower in one bucket, so in none
+    }
+    rows = tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2)
+    assert rows == [[1, 2], [2]]
+    assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2, most=1) == [[1], [2]]
+    alone[3] = [fast, same]  # faster somewhere, slower nowhere: in every bucket
+    assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2) == [[1, 2, 3], [2, 3]]
+    # an error or an interval inside the control's is not "faster"
+    alone = {0: [dict(fast, error="x")], 1: [_check(1.001, 1.0005, 1.002)], 2: [same], 3: [same]}
+    assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 1) == [[]]

@@ -93,7 +93,7 @@ PER_VALUE_MAX_K = 1024  # 4 bits: per-value passes measured no faster than `inte
 # `tune`'s declared space besides the modes: warps (0: by the tile) and tile bytes (0: the
 # launcher's `tuning.tile_bytes`, the head's at least HEAD_TILE_BYTES)
 WARPS = (0, 4, 8)
-TILE_BYTES = (0, 16 * 1024, 64 * 1024)
+TILE_BYTES = (0, 8 * 1024, 16 * 1024, 64 * 1024)
 HEAD_TILES = (0, 128 * 1024)
 
 

@@ -1,44 +1,53 @@
 """`tune` on a quantized checkpoint: measure the packed kernels' launch choices on its own
-weights, and keep them only where the whole decode step confirms them.
+weights, and keep each only in the context buckets where the whole decode step confirms it.
 
     launch = search_launch(model_dir, device, stream)         # QuantLaunch (kept: False)
-    pack = confirm_launch(pack, model_dir, device, stream)    # kept, or not, end to end
+    pack = confirm_launch(pack, model_dir, device, stream)    # per bucket, end to end
 
 Why: ops/quant.py picks each packed projection's dequantisation mode and warps from a table
 measured at two model shapes (`CHOICES`); at other shapes a wrong choice cost up to 1.45x on
 an H100, and the best one moves with K. The decode_layer task cannot search these (its
 programs take dense projections), so a quantized checkpoint's pack carries these choices
 instead of layer programs (pack.json `quantized`; the engine runs them as
-`DecodeTuning.quant` entries, engine/packs/dispatch.py).
+`DecodeTuning.quant` entries, per bucket, engine/packs/dispatch.py `quant_ops`).
 
 Roles: the checkpoint's packed projection kinds, qkv, o_proj, gate_up, down and head, each
 keyed by what `choice` keys on (format, op, K); two roles with one key are measured as one.
 The declared space (ops/quant.py): the dequantisation modes `modes(w, op)` (the 4-bit
 per-value passes left out above K 1,024: the known-bad region is never sampled), `WARPS`,
-and `TILE_BYTES` (`HEAD_TILES` for the head). The search is coordinate-wise from the table's
-choice: every mode with the table's warps and tile, then every warps value with the best
-mode, then every tile: about eight settings a role rather than the product. Each setting is
-timed as a CUDA graph of that stage over all layers (distinct weights: L2 cold, as in a
-step; the head once), the median of `REPS` replays, with the table's setting re-timed in
-the same round; a setting replaces the incumbent only when faster by more than `MARGIN`.
+and `TILE_BYTES` (`HEAD_TILES` for the head). Each role is searched coordinate-wise from the
+table's setting, the other roles at theirs: every mode, then every warps value with the best
+mode, then every tile (about ten settings rather than the product), twice, by two measures
+that disagree and that each miss what the other finds (H100, Qwen3-0.6B):
+  stage search  the role's stage as a CUDA graph over all layers (distinct weights: L2 cold),
+                `STAGE_REPS` replays, the median; a setting wins by > `STAGE_MARGIN`. It found
+                an FP8 down_proj setting worth 2-3% of the step, and proposed INT8 and INT4
+                settings 3-15% faster as stages that made the step 0.5-7% slower (larger
+                tiles hold more registers, so a kernel's programs wait longer to start
+                beside the previous kernel's under programmatic dependent launch).
+  step search   the whole greedy step as the engine runs it (one CUDA graph at position
+                `STEP_POSITION`), the incumbent's and the setting's graphs replayed paired
+                (`_StepBench.ratio`); a setting wins by > `STEP_MARGIN`. It found an INT4 qkv
+                setting 12% faster at position 1 and 0.7% slower at 1,025; it missed the FP8
+                down_proj one (separately captured graphs differ by 1-5%).
 A setting that fails to build (registers, shared memory) is skipped and said.
 
-Confirmation (GPU), because a stage that is faster alone can make the step slower (on an
-H100, INT8 and INT4 choices 3-15% faster as stage graphs made the 0.6B's step 0.5-7% slower:
-larger tiles hold more registers, so a kernel's programs wait longer to start beside the
-previous kernel's under programmatic dependent launch): the engine with and without the
-choices, timed interleaved (bench/paired.py, as tune/confirm.py times programs), each beside
-a control pair (the engine against a second copy of itself). First every changed role alone,
-at `SCREEN_POSITIONS`: a role stays changed only when faster at some position beyond the
-control and slower at none; then the survivors together at the first position of every
-engine context bucket, by the same rule; only then does the engine run them (`kept`). On
-the CPU nothing is timed: every role records the table's choice and the pack does not run
-them.
+Confirmation (GPU), by the engine's own end-to-end measure: the engine with and without the
+settings, timed interleaved (bench/paired.py, as tune/confirm.py times programs), at the
+first position of every engine context bucket up to `SCREEN_MAX`, each beside a control pair
+(the engine against a second copy of itself). Every proposed setting is timed alone; each
+bucket then takes, per role, the setting faster alone there by the most (beyond the control);
+where it takes several, they are timed together, and a bucket whose together is not faster
+keeps only its single best. Buckets past `SCREEN_MAX` run the table (the GEMVs' share of the
+step is small there). The head's setting runs in every bucket or none (the head op is not
+chosen per bucket): only if faster alone somewhere and slower nowhere. On the CPU nothing is
+timed: every role records the table's setting and the pack runs none.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,14 +60,20 @@ from evokernel.engine.packs.format import Pack, QuantChoice, QuantLaunch
 from evokernel.model.config import ModelConfig
 from evokernel.model.weights import PackedWeight
 
-REPS = 30
-MARGIN = 0.02  # a setting must beat the incumbent by more than this (stage time)
+STAGE_REPS = 30
+STAGE_MARGIN = 0.02  # a setting must beat the incumbent's stage by more than this
+STEP_POSITION = 1  # where the step search times the step (its cache row and bucket)
+STEP_CACHE = 64
+BLOCK = 20  # replays back to back per timed block
+ROUNDS = 7
+STEP_MARGIN = 0.003  # a setting must beat the incumbent's step by more than this
+SCREEN_MAX = 4097  # confirmation positions: each bucket's first, up to this one
 RULE = (
-    "per role, coordinate-wise over modes, warps and tiles from the table's choice, a stage "
-    f"graph over all layers, replacing the incumbent only when > {MARGIN:.0%} faster; run by "
-    "the engine only when the whole step, timed interleaved against the engine without them "
-    "(each changed role alone first, then together at every bucket's first position), is "
-    "faster somewhere beyond the control pair and slower nowhere"
+    "per role, the settings a stage search and a step search propose (coordinate-wise over "
+    "modes, warps and tiles from the table's); per bucket up to position "
+    f"{SCREEN_MAX}, the fastest setting per role that made the whole step faster alone, "
+    "timed interleaved against the engine without it beyond a control pair, and those "
+    "together only where together is faster too; the head's in every bucket or none"
 )
 CPU_RULE = "not timed on the CPU: the table's choices, not run from the pack"
 SAME_RULE = "the table's choices measured fastest: nothing to run from the pack"
@@ -115,49 +130,68 @@ def settings(role: Role, mode: str, warps: int, stage: str) -> list[tuple[str, i
 
 
 def search_launch(model_dir: Path, device: str, stream: TextIO | None = None) -> QuantLaunch:
-    """The launch choice of every role: measured on a GPU, the table's on the CPU."""
+    """Every role's table setting and what the two searches propose for it: measured on a
+    GPU; on the CPU the table's alone."""
     from evokernel.engine.loading import load_engine
 
     out = stream or sys.stdout
     if device != "cuda":
         model = load_engine(model_dir, device, None, "torch", max_seq_len=8)
-        table = [QuantChoice(r.name, *r.key, *table_choice(r), table=table_choice(r))
-                 for r in roles(model.weights)]  # fmt: skip
-        print(f"quantized launches: {len(table)} roles, not timed on the CPU", file=out)
-        return QuantLaunch(tuple(table), kept=False, rule=CPU_RULE)
-    model = load_engine(model_dir, device, torch.bfloat16, "torch", max_seq_len=64)
-    bench = _StageBench(model)
+        listed = [QuantChoice(r.name, *r.key, *table_choice(r), table=table_choice(r),
+                              source="table") for r in roles(model.weights)]  # fmt: skip
+        print(f"quantized launches: {len(listed)} roles, not timed on the CPU", file=out)
+        return QuantLaunch(tuple(listed), kept=False, rule=CPU_RULE)
+    model = load_engine(model_dir, device, torch.bfloat16, "torch", max_seq_len=STEP_CACHE)
+    stage, step = _StageBench(model), _StepBench(model)
     found = roles(model.weights)
-    choices = [_search_role(bench, role, out) for role in found]
-    changed = any((c.mode, c.warps, c.tile_bytes) != c.table_setting for c in choices)
+    tables = {r.key: table_choice(r) for r in found}
+    choices: list[QuantChoice] = []
+    for role in found:
+        table = tables[role.key]
+        choices.append(QuantChoice(role.name, *role.key, *table, table=table, source="table"))
+        for source, bench in (("stage search", stage), ("step search", step)):
+            best, us, table_us = _coordinate(bench, role, tables, out)
+            print(f"quantized launch {role.name} ({'/'.join(map(str, role.key))}), {source}: "
+                  f"{_text(best)} {us:.2f} us; the table's {_text(table)} {table_us:.2f} us",
+                  file=out)  # fmt: skip
+            if best != table and all(c.setting != best for c in choices if c.role == role.name):
+                choices.append(QuantChoice(role.name, *role.key, *best, us=round(us, 2),
+                                           table_us=round(table_us, 2), table=table,
+                                           source=source))  # fmt: skip
+    changed = any(c.source != "table" for c in choices)
     return QuantLaunch(tuple(choices), kept=False, rule=RULE if changed else SAME_RULE)
 
 
-def _search_role(bench: _StageBench, role: Role, out: TextIO) -> QuantChoice:
-    table = best = table_choice(role)
-    table_us = best_us = 0.0
+Setting = tuple[str, int, int]  # (mode, warps, tile bytes)
+Entries = tuple[tuple[str, str, int, str, int, int], ...]  # DecodeTuning.quant
+
+
+def _coordinate(
+    bench: _StageBench | _StepBench, role: Role, tables: dict[tuple[str, str, int], Setting],
+    out: TextIO,
+) -> tuple[Setting, float, float]:  # fmt: skip
+    """`role`'s best setting by `bench`, coordinate-wise from the table's, every other role
+    at the table's: (setting, its time, the table's time) in the bench's unit."""
+    table = best = tables[role.key]
+    incumbent = bench.prepare(role, tables, table)
+    table_us = best_us = bench.time(incumbent)
     for stage in ("mode", "warps", "tile"):
-        table_us = bench.time(role, table)  # re-timed each round, beside the settings
-        best_us = table_us if best == table else bench.time(role, best)
         for setting in settings(role, best[0], best[1], stage):
             if setting == best:
                 continue
             try:
-                us = bench.time(role, setting)
+                trial = bench.prepare(role, tables, setting)
             except Exception as err:  # a setting that cannot be built here: skipped
                 print(f"  {role.name} {_text(setting)}: skipped ({type(err).__name__}: "
                       f"{' '.join(str(err).split())[:120]})", file=out)  # fmt: skip
                 continue
-            if us < best_us * (1 - MARGIN):
-                best, best_us = setting, us
-    print(f"quantized launch {role.name} ({'/'.join(map(str, role.key))}): {_text(best)} "
-          f"{best_us:.2f} us/layer, the table's {_text(table)} {table_us:.2f}",
-          file=out)  # fmt: skip
-    return QuantChoice(role.name, *role.key, *best, us=round(best_us, 3),
-                       table_us=round(table_us, 3), table=table)  # fmt: skip
+            if bench.better(incumbent, trial):
+                best, incumbent = setting, trial
+                best_us = bench.time(incumbent)
+    return best, best_us, table_us
 
 
-def _text(setting: tuple[str, int, int]) -> str:
+def _text(setting: Setting) -> str:
     mode, warps, tile = setting
     return f"{mode}, warps {warps or 'auto'}, tile {tile or 'auto'}"
 
@@ -171,25 +205,32 @@ class _StageBench:
         self.model = model
         self.cfg = cfg
         dt, dev = torch.bfloat16, "cuda"
-        width = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
         self.h = torch.randn(1, cfg.hidden_size, device=dev, dtype=dt)
         self.attn = torch.randn(1, cfg.num_attention_heads * cfg.head_dim, device=dev, dtype=dt)
         self.act = torch.randn(1, cfg.intermediate_size, device=dev, dtype=dt)
-        self.qkv_width = width
         self.tokens = torch.zeros(1, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(1, dtype=torch.int32, device=dev)
         self.lens = torch.ones(1, dtype=torch.int32, device=dev)
 
-    def time(self, role: Role, setting: tuple[str, int, int]) -> float:
-        """Microseconds per layer (the head: per call) of `role`'s stage with `setting`."""
+    def prepare(
+        self, role: Role, tables: dict[tuple[str, str, int], Setting], setting: Setting
+    ) -> tuple[Role, Setting]:
+        return (role, setting)
+
+    def time(self, trial: tuple[Role, Setting]) -> float:
+        """Microseconds per layer (the head: per call) of the role's stage at the setting."""
         from evokernel.bench.decode_stages import graph_us
         from evokernel.ops.registry import OpSet
         from evokernel.ops.tuning import DEFAULT
 
+        role, setting = trial
         ops = OpSet.triton(None, DEFAULT._replace(quant=((*role.key, *setting),)))
         fn = self._stage(ops, role)
         per = 1 if role.op == "head" else self.cfg.num_hidden_layers
-        return graph_us(fn, REPS) / per
+        return float(graph_us(fn, STAGE_REPS)) / per
+
+    def better(self, incumbent: tuple[Role, Setting], trial: tuple[Role, Setting]) -> bool:
+        return self.time(trial) < self.time(incumbent) * (1 - STAGE_MARGIN)
 
     def _stage(self, ops: Any, role: Role) -> Callable[[], object]:
         w, eps = self.model.weights, self.cfg.rms_norm_eps
@@ -209,64 +250,171 @@ class _StageBench:
                                        self.lens)  # fmt: skip
 
 
+class _StepBench:
+    """The whole greedy decode step as the engine runs it (one CUDA graph, batch 1, from
+    position `STEP_POSITION`, random KV cache) under given `DecodeTuning.quant` entries. Two
+    graphs are compared paired: `ROUNDS` rounds, each replaying both `BLOCK` times back to
+    back in alternating order; the ratio of the medians of their per-replay times."""
+
+    def __init__(self, model: Any) -> None:
+        from evokernel.engine.graph import context_buckets
+
+        self.model = model
+        self.cache = model.new_cache(1, STEP_CACHE)
+        for t in (*self.cache.k, *self.cache.v):
+            t.normal_()
+        self.tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+        self.pos = torch.zeros(1, dtype=torch.int32, device="cuda")
+        self.lens = torch.ones(1, dtype=torch.int32, device="cuda")
+        self.bound = next(b for b in context_buckets(STEP_CACHE) if b >= STEP_POSITION + BLOCK)
+
+    def reset(self) -> None:
+        self.pos.fill_(STEP_POSITION - 1)
+        self.lens.fill_(STEP_POSITION)
+
+    def prepare(
+        self, role: Role, tables: dict[tuple[str, str, int], Setting], setting: Setting
+    ) -> Any:
+        """The step's graph with `role` at `setting`, the other roles at `tables`."""
+        return self.graph(tuple((*k, *(setting if k == role.key else v))
+                                for k, v in tables.items()))  # fmt: skip
+
+    def time(self, graph: Any) -> float:
+        return self.step_us(graph)
+
+    def better(self, incumbent: Any, trial: Any) -> bool:
+        return self.ratio(incumbent, trial) < 1 - STEP_MARGIN
+
+    def graph(self, entries: Entries) -> Any:
+        from evokernel.bench.decode_stages import capture
+        from evokernel.ops.registry import OpSet
+        from evokernel.ops.tuning import DEFAULT
+
+        m = self.model
+        m.ops = OpSet.triton(None, DEFAULT._replace(quant=entries))
+        return capture(
+            lambda: m.decode_greedy(self.tokens, self.pos, self.lens, self.cache, self.bound),
+            self.reset,
+        )
+
+    def _block_us(self, graph: Any) -> float:
+        self.reset()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(BLOCK):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        return float(a.elapsed_time(b)) * 1e3 / BLOCK
+
+    def step_us(self, graph: Any) -> float:
+        self._block_us(graph)
+        return statistics.median(self._block_us(graph) for _ in range(ROUNDS))
+
+    def ratio(self, base: Any, trial: Any) -> float:
+        """trial / base step time (< 1: the trial is faster)."""
+        self._block_us(base)
+        self._block_us(trial)
+        of_base: list[float] = []
+        of_trial: list[float] = []
+        for i in range(ROUNDS):
+            pair = ((base, of_base), (trial, of_trial))
+            for graph, times in pair if i % 2 else pair[::-1]:
+                times.append(self._block_us(graph))
+        return statistics.median(of_trial) / statistics.median(of_base)
+
+
 def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | None = None) -> Pack:
-    """`pack` with each changed role's choice kept only where the whole step is faster with
-    it, and the kept ones run by the engine only where the whole step confirms them together
-    (see the module doc); rewritten in place."""
+    """`pack` with, per engine context bucket, the proposed settings the whole step confirms
+    there (see the module doc); rewritten in place."""
+    from evokernel.engine.graph import context_buckets
+
     q = pack.quantized
     if q is None or q.rule != RULE:  # nothing measured, or nothing differs from the table
         return pack
     out = stream or sys.stdout
     cfg = ModelConfig.from_dir(model_dir)
     limit = cfg.max_position_embeddings
-    from evokernel.engine.graph import context_buckets
+    bounds = context_buckets(limit)
+    firsts = [1] + [b + 1 for b in bounds[:-1]]
+    positions = [p for p in firsts if p <= SCREEN_MAX and p + CONFIRM_STEPS_MARGIN < limit]
+    proposed = [i for i, c in enumerate(q.choices) if c.source != "table"]
 
-    firsts = [1] + [b + 1 for b in context_buckets(limit)[:-1]]
-    every = [p for p in firsts if p + CONFIRM_STEPS_MARGIN < limit]
-    screen = [p for p in SCREEN_POSITIONS if p in every] or every[:1]
-    with _Pairs(pack, model_dir, device, max(every), out) as pairs:
-        kept = []
-        for c in q.choices:
-            if (c.mode, c.warps, c.tile_bytes) == c.table_setting:
-                kept.append(c)
-                continue
-            alone = [d if d is c else d.as_table() for d in q.choices]
-            checks = pairs.measure(alone, screen, f"{c.role} alone")
-            if _verdict(checks):
-                kept.append(c)
-            else:
-                print(f"quantized launch {c.role}: faster as a stage, not in the whole step; "
-                      "the table's stays", file=out)  # fmt: skip
-                kept.append(c.as_table())
-        changed = [c for c in kept if (c.mode, c.warps, c.tile_bytes) != c.table_setting]
-        checks = pairs.measure(kept, every, "together") if changed else []
-    ok = bool(changed) and _verdict(checks)
-    if not ok:
-        print("quantized launches: not faster end to end; the table's choices stay", file=out)
+    def launch(per_bucket: list[list[int]]) -> QuantLaunch:
+        rows = tuple((b, tuple(per_bucket[j]) if j < len(per_bucket) else ())
+                     for j, b in enumerate(bounds))  # fmt: skip
+        return dataclasses.replace(q, kept=True, dispatch=rows)
+
+    with _Pairs(pack, model_dir, device, max(positions), out) as pairs:
+        alone = {}
+        for i in proposed:
+            c = q.choices[i]
+            what = f"{c.role} {_text(c.setting)} alone"
+            alone[i] = pairs.measure(launch([[i]] * len(positions)), positions, what)
+        chosen = _per_bucket(q.choices, proposed, alone, len(positions))
+        together: list[dict[str, Any]] = []
+        if any(len(row) > 1 for row in chosen):
+            together = pairs.measure(launch(chosen), positions, "together")
+            for j, check in enumerate(together):
+                if len(chosen[j]) > 1 and not _faster(check):  # the best alone, then
+                    chosen[j] = _per_bucket(q.choices, proposed, alone, len(positions), 1)[j]
+    kept = any(chosen)
+    for j, p in enumerate(positions):
+        names = ", ".join(f"{q.choices[i].role} {_text(q.choices[i].setting)}" for i in chosen[j])
+        print(f"quantized launches, bucket <= {bounds[j]} (position {p}): "
+              f"{names or 'the table'}", file=out)  # fmt: skip
+    checks = together or [alone[i][j] for j, row in enumerate(chosen) for i in row[:1]]
     record = tuple({k: c[k] for k in ("position", "speedup", "ci", "control_ci")} for c in checks)
-    launch = dataclasses.replace(q, choices=tuple(kept), kept=ok, end_to_end=record)
-    return _save(pack, launch)
+    final = dataclasses.replace(launch(chosen), kept=kept, end_to_end=record)
+    return _save(pack, final)
 
 
-SCREEN_POSITIONS = (1, 1025, 8193)  # where each changed role is first tried alone
 CONFIRM_STEPS_MARGIN = 64  # positions past a confirmation's start that the steps need
+
+
+def _faster(check: dict[str, Any]) -> bool:
+    """Faster than the engine without the choices, beyond the control pair."""
+    from evokernel.tune.confirm import control_floor
+
+    return check["error"] is None and check["ci"][0] > control_floor(check["control_ci"])
+
+
+def _slower(check: dict[str, Any]) -> bool:
+    control = check["control_ci"] or [1.0, 1.0]
+    return check["error"] is not None or check["ci"][1] < min(1.0, control[0])
+
+
+def _per_bucket(
+    choices: tuple[QuantChoice, ...], proposed: list[int], alone: dict[int, list[dict[str, Any]]],
+    buckets: int, most: int = 0,
+) -> list[list[int]]:  # fmt: skip
+    """Per measured bucket, the proposed settings it runs: per non-head role the one faster
+    alone there by the most (at most `most` settings in all when set, the fastest first);
+    the head's only if faster alone somewhere and slower nowhere (it runs in every bucket or
+    in none), then in every bucket."""
+    head = [i for i in proposed if choices[i].op == "head" and _verdict(alone[i])]
+    head = sorted(head, key=lambda i: -max(c["speedup"] for c in alone[i]))[:1]
+    rows = []
+    for j in range(buckets):
+        best: dict[str, tuple[float, int]] = {}
+        for i in proposed:
+            c, check = choices[i], alone[i][j]
+            top = c.role not in best or check["speedup"] > best[c.role][0]
+            if c.op != "head" and _faster(check) and top:
+                best[c.role] = (check["speedup"], i)
+        row = [i for _, i in sorted(best.values(), reverse=True)]
+        rows.append((row[:most] if most else row) + head)
+    return rows
 
 
 def _verdict(checks: list[dict[str, Any]]) -> bool:
     """Faster at some position beyond the control pair, and slower at none."""
-    from evokernel.tune.confirm import control_floor
-
-    faster = any(c["error"] is None and c["ci"][0] > control_floor(c["control_ci"]) for c in checks)
-    slower = any(
-        c["error"] is not None or c["ci"][1] < min(1.0, (c["control_ci"] or [1.0])[0])
-        for c in checks
-    )
-    return faster and not slower
+    return any(_faster(c) for c in checks) and not any(_slower(c) for c in checks)
 
 
 class _Pairs:
     """The engine without a pack and its control copy, loaded once; `measure` loads the engine
-    with a trial pack of the given choices and times it against them, interleaved."""
+    with a trial pack of the given launch and times it against them, interleaved."""
 
     def __init__(self, pack: Pack, model_dir: Path, device: str, top: int, out: TextIO) -> None:
         self.pack, self.model_dir, self.device, self.out = pack, model_dir, device, out
@@ -290,15 +438,13 @@ class _Pairs:
         for system in self.systems:
             system.close()
 
-    def measure(self, choices: list[QuantChoice], positions: list[int], what: str) -> list[dict]:
+    def measure(self, launch: QuantLaunch, positions: list[int], what: str) -> list[dict]:
         from evokernel.bench.paired import measure_pair, pair_line
         from evokernel.bench.stepping import CellPlan, prompt_ids
         from evokernel.bench.systems import load_system
         from evokernel.tune.confirm import CONFIRM_ROUNDS, CONFIRM_STEPS, CONFIRM_WARMUP
 
-        q = self.pack.quantized
-        assert q is not None
-        trial = _save(self.pack, dataclasses.replace(q, choices=tuple(choices), kept=True))
+        trial = _save(self.pack, launch)
         tuned = load_system("evokernel_pack", self.model_dir, self.device, self.dtype,
                             self.need, None, trial.path)  # fmt: skip
         checks = []

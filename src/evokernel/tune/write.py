@@ -340,28 +340,34 @@ def format_pack(pack: Pack) -> str:
 
 
 def _quantized_lines(q: QuantLaunch) -> list[str]:
-    """The launch choices: per role, the choice and its stage time against the table's."""
-    state = "run by the engine" if q.kept else "not run (the table's choices stay)"
+    """The launch choices: every setting measured (the table's first per role), then which
+    run in each bucket and what the whole step measured there."""
+    state = "run by the engine where listed" if q.runs else "not run (the table's choices stay)"
     lines = [f"packed projections' launches ({state}):"]
-    rows = [("role", "format", "op", "K", "mode", "warps", "tile", "us/layer (table's)")]
-    for c in q.choices:
+    rows = [("#", "role", "format", "op", "K", "mode", "warps", "tile", "from", "us (table's)")]
+    for i, c in enumerate(q.choices):
         us = "-"
         if c.us is not None and c.table_us is not None:
             us = f"{c.us:.2f} ({c.table_us:.2f})"
-        rows.append((c.role, c.format, c.op, str(c.k), c.mode, str(c.warps or "auto"),
-                     str(c.tile_bytes or "auto"), us))  # fmt: skip
+        rows.append((str(i), c.role, c.format, c.op, str(c.k), c.mode, str(c.warps or "auto"),
+                     str(c.tile_bytes or "auto"), c.source or "-", us))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for j, r in enumerate(rows):
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if j == 0:
             lines.append("  " + "  ".join("-" * w for w in widths))
-    for e in q.end_to_end:
-        ci, control = e.get("ci"), e.get("control_ci")
-        if e.get("speedup") is not None and ci and control:
-            lines.append(
-                f"  end to end at position {e['position']}: {e['speedup']:.4f}x "
-                f"[{ci[0]:.4f}, {ci[1]:.4f}] (control [{control[0]:.4f}, {control[1]:.4f}])"
-            )
+    checks = {e["position"]: e for e in q.end_to_end}
+    low = 1
+    for bound, idx in q.dispatch:
+        run = ", ".join(f"#{i}" for i in idx) if q.runs and idx else "the table's"
+        line = f"  bucket <= {bound}: {run}"
+        e = checks.get(low)
+        ci, control = (e or {}).get("ci"), (e or {}).get("control_ci")
+        if e and e.get("speedup") is not None and ci and control:
+            line += (f"; step at position {low}: {e['speedup']:.4f}x [{ci[0]:.4f}, {ci[1]:.4f}] "
+                     f"(control [{control[0]:.4f}, {control[1]:.4f}])")  # fmt: skip
+        lines.append(line)
+        low = bound + 1
     if q.rule:
         lines.append(f"  ({q.rule})")
     return lines

@@ -31,11 +31,13 @@ pack.json, format version 1 (every key required unless marked):
         }},
       "quantized": {                               optional: a quantized checkpoint's launch
         "kept": true,                              choices (tune/quant.py); the engine runs
-        "rule": "...",                             them only when kept (confirmed end to end)
+        "rule": "...",                             them only when kept, each bucket those its
+                                                   `dispatch` entry lists (confirmed end to end)
         "choices": [{"role": "qkv", "format": "fp8", "op": "norm_linear", "k": 1024,
                      "mode": "early", "warps": 0, "tile_bytes": 0,
                      "us": 2.61 | null, "table_us": 2.65 | null,
                      "table": ["early", 0, 0] | null}, ...],    ops/quant.py's own
+        "dispatch": [{"max_len": 256, "choices": [1, 4]}, ...],   indices into choices
         "end_to_end": [{"position": 1, "speedup": 1.01, "ci": [...], "control_ci": [...]}]
       },
       "hashes": {"programs/<file>.py": "sha256:<hex>", ...},   every program the tables name
@@ -157,8 +159,10 @@ class TaskTable:
 
 @dataclass(frozen=True)
 class QuantChoice:
-    """How one packed projection runs (ops/quant.py `choice`), as tune measured it: the stage
-    per layer with this choice (`us`) and with ops/quant.py's table choice (`table_us`)."""
+    """How one packed projection may run (ops/quant.py `choice`), as tune measured it: with
+    this setting (`us`) and with ops/quant.py's table setting (`table_us`), in the unit of
+    the search that proposed it (`source`: a stage graph's microseconds per layer, or the
+    whole decode step's)."""
 
     role: str  # qkv, o_proj, gate_up, down or head (informative)
     format: str
@@ -170,6 +174,11 @@ class QuantChoice:
     us: float | None = None
     table_us: float | None = None
     table: tuple[str, int, int] | None = None  # ops/quant.py's own (mode, warps, tile bytes)
+    source: str = ""  # "table", or the search that proposed it ("stage search", "step search")
+
+    @property
+    def setting(self) -> tuple[str, int, int]:
+        return (self.mode, self.warps, self.tile_bytes)
 
     @property
     def table_setting(self) -> tuple[str, int, int]:
@@ -192,28 +201,51 @@ class QuantChoice:
             "mode": self.mode, "warps": self.warps, "tile_bytes": self.tile_bytes,
             "us": self.us, "table_us": self.table_us,
             "table": list(self.table) if self.table is not None else None,
+            "source": self.source,
         }  # fmt: skip
+
+
+Entries = tuple[tuple[str, str, int, str, int, int], ...]  # DecodeTuning.quant
 
 
 @dataclass(frozen=True)
 class QuantLaunch:
-    """A quantized checkpoint's launch choices; the engine runs them only when `kept`."""
+    """A quantized checkpoint's measured launch choices: `choices`, every setting tune
+    measured (each role's table setting, then what its searches proposed), and per engine
+    context bucket the indices of those the engine runs there (`dispatch`: (max_len,
+    indices), ascending, every bucket; none: the table's). The head's choice runs only where
+    every bucket lists it (the head op is not chosen per bucket). Run only when `kept`."""
 
     choices: tuple[QuantChoice, ...]
     kept: bool
     rule: str = ""
+    dispatch: tuple[tuple[int, tuple[int, ...]], ...] = ()
     # tune/quant.py: the whole decode step with / without them, timed interleaved, by position:
     # ({"position", "speedup", "ci", "control_ci"}, ...); () where not measured.
     end_to_end: tuple[dict[str, Any], ...] = ()
 
-    def entries(self) -> tuple[tuple[str, str, int, str, int, int], ...]:
-        return tuple(c.entry() for c in self.choices)
+    def bucket_entries(self) -> list[tuple[int, Entries]]:
+        """Per bucket, the `DecodeTuning.quant` entries the engine runs there."""
+        return [(b, tuple(self.choices[i].entry() for i in idx)) for b, idx in self.dispatch]
+
+    def shared_entries(self) -> Entries:
+        """The entries every bucket runs (what the ops outside a layer, the head, run)."""
+        if not self.dispatch:
+            return ()
+        common = set.intersection(*(set(idx) for _, idx in self.dispatch))
+        return tuple(self.choices[i].entry() for i in sorted(common))
+
+    @property
+    def runs(self) -> bool:
+        """Whether the engine runs any choice of this pack."""
+        return self.kept and any(idx for _, idx in self.dispatch)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kept": self.kept,
             "rule": self.rule,
             "choices": [c.to_dict() for c in self.choices],
+            "dispatch": [{"max_len": b, "choices": list(idx)} for b, idx in self.dispatch],
             "end_to_end": [dict(e) for e in self.end_to_end],
         }
 

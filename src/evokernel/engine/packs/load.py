@@ -168,16 +168,28 @@ def _quantized(where: str, value: Any) -> QuantLaunch:
         if isinstance(table, list) and len(table) == 3 and isinstance(table[0], str):
             own = (table[0], _count(table[1]), _count(table[2]))
         choice = QuantChoice(role, fmt, op, k, mode, warps, tile, us=_number(item.get("us")),
-                             table_us=_number(item.get("table_us")), table=own)  # fmt: skip
+                             table_us=_number(item.get("table_us")), table=own,
+                             source=str(item.get("source") or ""))  # fmt: skip
         try:
             check_tuning(DEFAULT._replace(quant=(choice.entry(), choice.as_table().entry())))
         except AssertionError:
             raise PackError(f"{at}.choices[{i}] is not a launch this evokernel has: "
                             f"{choice.entry()}") from None  # fmt: skip
         choices.append(choice)
+    dispatch: list[tuple[int, tuple[int, ...]]] = []
+    for i, row in enumerate(value.get("dispatch") or []):
+        bound = _count(row.get("max_len")) if isinstance(row, dict) else 0
+        idx = row.get("choices") if isinstance(row, dict) else None
+        ordered = bound > 0 and not (dispatch and bound <= dispatch[-1][0])
+        listed = isinstance(idx, list) and all(
+            _count(j) == j and 0 <= j < len(choices) for j in idx
+        )
+        if not ordered or not listed:
+            raise PackError(f"{at}.dispatch[{i}] is malformed or out of order: {row!r}"[:300])
+        dispatch.append((bound, tuple(int(j) for j in idx or ())))
     rule = value.get("rule", "")
     return QuantLaunch(tuple(choices), value["kept"], rule if isinstance(rule, str) else "",
-                       _end_to_end(value.get("end_to_end")))  # fmt: skip
+                       tuple(dispatch), _end_to_end(value.get("end_to_end")))  # fmt: skip
 
 
 def _hashes(where: str, value: Any) -> dict[str, str]:
