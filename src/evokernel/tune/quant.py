@@ -36,11 +36,14 @@ Confirmation (GPU), by the engine's own end-to-end measure: the engine with and 
 settings, timed interleaved (bench/paired.py, as tune/confirm.py times programs), at the
 first position of every engine context bucket up to `SCREEN_MAX`, each beside a control pair
 (the engine against a second copy of itself). Every proposed setting is timed alone; each
-bucket then takes, per role, the setting faster alone there by the most (beyond the control);
-where it takes several, they are timed together, and a bucket whose together is not faster
-keeps only its single best. Buckets past `SCREEN_MAX` run the table (the GEMVs' share of the
-step is small there). The head's setting runs in every bucket or none (the head op is not
-chosen per bucket): only if faster alone somewhere and slower nowhere. On the CPU nothing is
+bucket then takes, per role, the setting faster alone there by the most (beyond the control),
+and all buckets' settings are timed together: a bucket not faster there too keeps nothing (or,
+where it took several, its single best, timed together once more, kept only if faster then).
+Two measures of one bucket's settings have disagreed by up to 8% on an H100 (faster alone,
+slower together), so a bucket runs a setting only where its last measure agrees. Buckets
+past `SCREEN_MAX` run the table (the GEMVs' share of the step is small there). The head's
+setting runs in every bucket or none (the head op is not chosen per bucket): only if faster
+alone somewhere and slower nowhere. On the CPU nothing is
 timed: every role records the table's setting and the pack runs none.
 """
 
@@ -72,8 +75,9 @@ RULE = (
     "per role, the settings a stage search and a step search propose (coordinate-wise over "
     "modes, warps and tiles from the table's); per bucket up to position "
     f"{SCREEN_MAX}, the fastest setting per role that made the whole step faster alone, "
-    "timed interleaved against the engine without it beyond a control pair, and those "
-    "together only where together is faster too; the head's in every bucket or none"
+    "timed interleaved against the engine without it beyond a control pair, kept only where "
+    "the buckets' settings timed together are faster there too; the head's in every bucket "
+    "or none"
 )
 CPU_RULE = "not timed on the CPU: the table's choices, not run from the pack"
 SAME_RULE = "the table's choices measured fastest: nothing to run from the pack"
@@ -352,12 +356,17 @@ def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | No
             what = f"{c.role} {_text(c.setting)} alone"
             alone[i] = pairs.measure(launch([[i]] * len(positions)), positions, what)
         chosen = _per_bucket(q.choices, proposed, alone, len(positions))
+        best = _per_bucket(q.choices, proposed, alone, len(positions), 1)
         together: list[dict[str, Any]] = []
-        if any(len(row) > 1 for row in chosen):
-            together = pairs.measure(launch(chosen), positions, "together")
-            for j, check in enumerate(together):
-                if len(chosen[j]) > 1 and not _faster(check):  # the best alone, then
-                    chosen[j] = _per_bucket(q.choices, proposed, alone, len(positions), 1)[j]
+        for attempt in range(2):  # each bucket kept only where its last measure agrees
+            if not any(chosen):
+                break
+            together = pairs.measure(launch(chosen), positions, f"together, pass {attempt + 1}")
+            slow = [j for j, check in enumerate(together) if chosen[j] and not _faster(check)]
+            for j in slow:  # a second pass tries the best alone where several did not agree
+                chosen[j] = best[j] if attempt == 0 and len(chosen[j]) > 1 else []
+            if not any(chosen[j] for j in slow):
+                break
     kept = any(chosen)
     for j, p in enumerate(positions):
         names = ", ".join(f"{q.choices[i].role} {_text(q.choices[i].setting)}" for i in chosen[j])
