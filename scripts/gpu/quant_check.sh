@@ -21,6 +21,10 @@
 #                                          three): each packed projection's launch measured,
 #                                          then confirmed end to end per context bucket
 #                                          (tune/quant.py): about 3 minutes a format
+#   scripts/gpu/quant_check.sh launch-bench  one `bench decode` run: bf16, the headline
+#                                          formats, and each with the pack `launches` wrote
+#                                          (in $PACKS, default $OUT) at positions inside each
+#                                          engine bucket to 8,192, and 32,000: about 5 minutes
 #
 # `e2e` needs the engine's fused ops to dispatch packed weights to ops/quant.py. Outputs go to
 # $OUT (./out): JSON, CSV and a log per step. CKPT (/tmp/evokernel-quant) holds the
@@ -104,6 +108,21 @@ launches() {
     "${EK[@]}" tune --model "$CKPT/q06-$name" --out "$OUT/pack-q06-$name" \
       2>&1 | tee "$OUT/launches_q06-$name.log" || return 1
   done
+}
+
+launch-bench() {
+  local base=$CKPT/q06-bf16 packs=${PACKS:-$OUT} name args=()
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \
+    || return 1
+  quantize "$base" q06-fp8-hfp8 --format fp8 --head fp8
+  quantize "$base" q06-int8-hint8 --format int8 --head int8
+  quantize "$base" q06-int4-hint8 --format int4 --head int8
+  for name in fp8-hfp8 int8-hint8 int4-hint8; do
+    args+=(--quantized "$CKPT/q06-$name" --quantized-kernels "$packs/pack-q06-$name")
+  done
+  "${EK[@]}" bench decode --model "$base" --baselines evokernel "${args[@]}" \
+    --positions 1,300,700,1500,3000,6000,32000 --max-minutes 8 \
+    --out "$OUT/launch_bench.json" 2>&1 | tee "$OUT/launch_bench.log"
 }
 
 e2e() {

@@ -189,3 +189,39 @@ def test_each_bucket_takes_per_role_the_setting_faster_alone_there_by_the_most()
     # an error or an interval inside the control's is not "faster"
     alone = {0: [dict(fast, error="x")], 1: [_check(1.001, 1.0005, 1.002)], 2: [same], 3: [same]}
     assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 1) == [[]]
+
+
+def test_bench_decode_runs_a_quantized_checkpoint_with_its_pack_beside_it(
+    tiny_fp32: Path, int8_dir: Path, cpu_pack: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from evokernel.bench.decode import DecodeBenchOptions, run_decode_bench
+    from evokernel.bench.systems import evokernel as evokernel_system
+    from evokernel.errors import ConfigError
+    from evokernel.ops.registry import OpSet
+
+    real = evokernel_system.load_engine
+    seen = []
+
+    def engine(model_dir, device, dtype, ops, **kw):  # the torch ops: a CPU smoke run
+        seen.append((Path(model_dir), kw.get("kernels")))
+        return real(model_dir, device, dtype, OpSet.torch(), **kw)
+
+    monkeypatch.setattr(evokernel_system, "load_engine", engine)
+
+    def options(packs: tuple[Path, ...]) -> DecodeBenchOptions:
+        return DecodeBenchOptions(
+            model_dir=tiny_fp32, suite="smoke", systems=("evokernel",), positions=(1,), steps=2,
+            warmup=1, device="cpu", dtype=torch.float32, power_window_ms=0,
+            out=tmp_path / "b.json", command="test", quantized=(int8_dir,),
+            quantized_kernels=packs,
+        )  # fmt: skip
+
+    doc = run_decode_bench(options((cpu_pack,)))
+    name = "evokernel:gptq-int8-g32+head-int8-g32"
+    assert doc["systems"] == ["evokernel", name, f"{name}+pack"]
+    assert doc["options"]["quantized_kernels"] == {f"{name}+pack": str(cpu_pack)}
+    assert not [r for r in doc["results"] if r["error"]], doc["results"]
+    assert (int8_dir, None) in seen and (int8_dir, cpu_pack) in seen  # the pack: its system's
+    assert (tiny_fp32, None) in seen
+    with pytest.raises(ConfigError, match="fits no --quantized checkpoint"):
+        run_decode_bench(options((cpu_pack, tmp_path)))

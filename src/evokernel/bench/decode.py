@@ -94,6 +94,8 @@ class DecodeBenchOptions:
     engine_ops: str | None = None  # our engine's op set (None: triton on CUDA, torch on the CPU)
     engine_kernels: Path | None = None  # a kernel pack our engine runs (the baselines do not)
     quantized: tuple[Path, ...] = ()  # quantized checkpoints our engine also runs
+    # kernel packs `tune` wrote for some of them: each also runs with the one it fits
+    quantized_kernels: tuple[Path, ...] = ()
     # A suite's positions (not ones the user named): those past the model's context move down
     # to the last position whose steps still fit, and the run says so.
     fit_positions: bool = False
@@ -162,7 +164,7 @@ def run_decode_bench(
             f"position {max(opts.positions)} + {max_need - max(opts.positions)} decode steps "
             f"exceeds the model's {cfg.max_position_embeddings} positions"
         )
-    quantized = {system_name(check_quantized(cfg, d)): d for d in opts.quantized}
+    quantized = _quantized_systems(cfg, opts)
     devices.prepare(opts.device)  # Triton's mode, before any kernel is imported
     itemsize = torch.empty((), dtype=opts.dtype).element_size()
     progress(f"measuring the copy bandwidth on {opts.device} ...")
@@ -178,14 +180,45 @@ def run_decode_bench(
             continue
         run.doc["systems"].append(name)
         _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need)
-    for name, model_dir in quantized.items():
+    for name, (model_dir, kernels) in quantized.items():
         run.doc["systems"].append(name)
         run.doc["options"]["quantized"][name] = str(model_dir)
-        _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need, model_dir)
+        if kernels is not None:
+            run.doc["options"].setdefault("quantized_kernels", {})[name] = str(kernels)
+        _run_system(run, name, plans, cfg, env["copy_gbps"], model, meter, max_need, model_dir,
+                    kernels)  # fmt: skip
     if {"evokernel", "evokernel_pack"} <= set(run.doc["systems"]):
         _run_pair(run, ("evokernel", "evokernel_pack"), plans, cfg, max_need)
     write(run.doc, opts.out)
     return run.doc
+
+
+def _quantized_systems(
+    cfg: ModelConfig, opts: DecodeBenchOptions
+) -> dict[str, tuple[Path, Path | None]]:
+    """System name -> (quantized checkpoint, kernel pack or None): each --quantized
+    checkpoint as it is, then with each --quantized-kernels pack (`<name>+pack`), which must
+    fit one of them (the first it fits)."""
+    from evokernel.engine.packs.format import PackError
+    from evokernel.engine.packs.load import load_pack
+
+    out: dict[str, tuple[Path, Path | None]] = {
+        system_name(check_quantized(cfg, d)): (d, None) for d in opts.quantized
+    }
+    for pack in opts.quantized_kernels:
+        reasons = []
+        for name, (model_dir, _) in list(out.items()):
+            try:
+                load_pack(pack, ModelConfig.from_dir(model_dir), opts.device)
+            except PackError as err:
+                reasons.append(str(err))
+                continue
+            out[f"{name}+pack"] = (model_dir, pack)
+            break
+        else:
+            why = reasons[0] if reasons else "no --quantized checkpoint given"
+            raise ConfigError(f"--quantized-kernels {pack}: fits no --quantized checkpoint ({why})")
+    return out
 
 
 def _run_pair(
@@ -238,9 +271,11 @@ def _run_system(
     meter: Nvml | None,
     max_need: int,
     model_dir: Path | None = None,
+    kernels: Path | None = None,
 ) -> None:
-    """`model_dir`: a quantized checkpoint our engine runs as system `name` (default: the
-    benchmark's checkpoint, system `name` as listed)."""
+    """`model_dir`: a quantized checkpoint our engine runs as system `name`, with the kernel
+    pack `kernels` if given (default: the benchmark's checkpoint, system `name` as listed,
+    with --kernels)."""
     opts = run.opts
     if run.over_budget():
         for plan in plans:
@@ -249,13 +284,13 @@ def _run_system(
     t0 = time.perf_counter()
     try:
         system = load_system(
-            name if model_dir is None else "evokernel",
+            name if model_dir is None else "evokernel" if kernels is None else "evokernel_pack",
             opts.model_dir if model_dir is None else model_dir,
             opts.device,
             opts.dtype,
             max_need,
             opts.engine_ops,
-            opts.engine_kernels,
+            opts.engine_kernels if model_dir is None else kernels,
         )
     except Exception as err:
         line = f"load failed: {error_line(err)}"

@@ -4,7 +4,8 @@
     evokernel bench decode --model DIR [--suite quick|full] [--baselines LIST] [--steps N]
         [--warmup N] [--positions 1,128,...] [--device cuda|cpu] [--dtype D]
         [--ops torch|triton] [--kernels PACK_DIR] [--power-window-ms MS] [--max-minutes M]
-        [--quantized DIR ...] [--out FILE.json] [--json]
+        [--quantized DIR ...] [--quantized-kernels PACK_DIR ...] [--out FILE.json]
+        [--json]
     evokernel bench decode --compare A.json B.json [--json]
 
 stdout: a table, then one JSON line (the summary: file paths, tok/s per system and position;
@@ -73,6 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also run our engine on this quantized checkpoint of --model's architecture "
         "(repeatable), each a system named after its format, with its floor from the bytes "
         "it reads beside the bf16 floor",
+    )
+    d.add_argument(
+        "--quantized-kernels",
+        action="append",
+        default=[],
+        metavar="PACK_DIR",
+        help="a kernel pack `evokernel tune` wrote for one of the --quantized checkpoints "
+        "(repeatable): that checkpoint also runs with it, as the system <name>+pack",
     )
     d.add_argument(
         "--power-window-ms",
@@ -196,6 +205,9 @@ def _options(args: argparse.Namespace) -> Any:
     if kernels is None and "evokernel_pack" in systems:
         raise EvokernelError("--baselines: evokernel_pack needs a kernel pack (--kernels)")
     quantized = tuple(checked.existing_dir(q, "--quantized") for q in args.quantized)
+    quantized_kernels = tuple(
+        checked.existing_dir(q, "--quantized-kernels") for q in args.quantized_kernels
+    )
     command = (
         f"evokernel bench decode --model {args.model} --baselines {','.join(systems)} "
         f"--positions {','.join(map(str, positions))} --steps {steps} --warmup {warmup} "
@@ -204,6 +216,7 @@ def _options(args: argparse.Namespace) -> Any:
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + (f" --kernels {kernels}" if kernels is not None else "")
         + "".join(f" --quantized {q}" for q in quantized)
+        + "".join(f" --quantized-kernels {q}" for q in quantized_kernels)
     )
     return DecodeBenchOptions(
         model_dir=Path(args.model),
@@ -221,6 +234,7 @@ def _options(args: argparse.Namespace) -> Any:
         engine_ops=ops,
         engine_kernels=kernels,
         quantized=quantized,
+        quantized_kernels=quantized_kernels,
         label=CPU_LABEL.format(dtype=dtype_name) if device == "cpu" else None,
         fit_positions=args.positions is None,
     )
