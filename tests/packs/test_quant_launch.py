@@ -179,13 +179,14 @@ def test_each_bucket_takes_per_role_the_setting_faster_alone_there_by_the_most()
         0: [fast, slow],  # qkv magic: faster in bucket 0 only
         1: [_check(1.08, 1.07, 1.09), same],  # qkv early: faster still in bucket 0
         2: [fast, fast],  # down: faster in both
-        3: [fast, slow],  # the head: slower in one bucket, so in none
+        3: [fast, slow],  # the head: slower in one bucket, so in none (`_head_choice`)
     }
     rows = tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2)
     assert rows == [[1, 2], [2]]
     assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2, most=1) == [[1], [2]]
+    assert tune_quant._head_choice(choices, [0, 1, 2, 3], alone) == []  # slower in one bucket
     alone[3] = [fast, same]  # faster somewhere, slower nowhere: in every bucket
-    assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 2) == [[1, 2, 3], [2, 3]]
+    assert tune_quant._head_choice(choices, [0, 1, 2, 3], alone) == [3]
     # an error or an interval inside the control's is not "faster"
     alone = {0: [dict(fast, error="x")], 1: [_check(1.001, 1.0005, 1.002)], 2: [same], 3: [same]}
     assert tune_quant._per_bucket(choices, [0, 1, 2, 3], alone, 1) == [[]]

@@ -342,40 +342,45 @@ def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | No
     bounds = context_buckets(limit)
     firsts = [1] + [b + 1 for b in bounds[:-1]]
     positions = [p for p in firsts if p <= SCREEN_MAX and p + CONFIRM_STEPS_MARGIN < limit]
+    if not positions:
+        return pack
     proposed = [i for i, c in enumerate(q.choices) if c.source != "table"]
+    none: list[list[int]] = [[] for _ in positions]
 
-    def launch(per_bucket: list[list[int]]) -> QuantLaunch:
-        rows = tuple((b, tuple(per_bucket[j]) if j < len(per_bucket) else ())
-                     for j, b in enumerate(bounds))  # fmt: skip
-        return dataclasses.replace(q, kept=True, dispatch=rows)
+    def launch(rows: list[list[int]], head: list[int]) -> QuantLaunch:
+        """Bucket j runs rows[j] (none past the measured buckets), every bucket `head`."""
+        table = tuple((b, (*(rows[j] if j < len(rows) else ()), *head))
+                      for j, b in enumerate(bounds))  # fmt: skip
+        return dataclasses.replace(q, kept=True, dispatch=table)
 
     with _Pairs(pack, model_dir, device, max(positions), out) as pairs:
         alone = {}
         for i in proposed:
             c = q.choices[i]
-            what = f"{c.role} {_text(c.setting)} alone"
-            alone[i] = pairs.measure(launch([[i]] * len(positions)), positions, what)
+            trial = launch(none, [i]) if c.op == "head" else launch([[i] for _ in positions], [])
+            alone[i] = pairs.measure(trial, positions, f"{c.role} {_text(c.setting)} alone")
         chosen = _per_bucket(q.choices, proposed, alone, len(positions))
         best = _per_bucket(q.choices, proposed, alone, len(positions), 1)
-        together: list[dict[str, Any]] = []
-        for attempt in range(2):  # each bucket kept only where its last measure agrees
+        head = _head_choice(q.choices, proposed, alone)
+        checks = alone[head[0]] if head else []
+        for attempt in range(
+            2
+        ):  # each bucket keeps its settings only where its last measure agrees
             if not any(chosen):
                 break
-            together = pairs.measure(launch(chosen), positions, f"together, pass {attempt + 1}")
-            slow = [j for j, check in enumerate(together) if chosen[j] and not _faster(check)]
+            checks = pairs.measure(launch(chosen, head), positions, f"together, pass {attempt + 1}")
+            slow = [j for j, check in enumerate(checks) if chosen[j] and not _faster(check)]
             for j in slow:  # a second pass tries the best alone where several did not agree
                 chosen[j] = best[j] if attempt == 0 and len(chosen[j]) > 1 else []
             if not any(chosen[j] for j in slow):
                 break
-    kept = any(chosen)
     for j, p in enumerate(positions):
-        names = ", ".join(f"{q.choices[i].role} {_text(q.choices[i].setting)}" for i in chosen[j])
+        names = [f"{q.choices[i].role} {_text(q.choices[i].setting)}" for i in chosen[j] + head]
         print(f"quantized launches, bucket <= {bounds[j]} (position {p}): "
-              f"{names or 'the table'}", file=out)  # fmt: skip
-    checks = together or [alone[i][j] for j, row in enumerate(chosen) for i in row[:1]]
+              f"{', '.join(names) or 'the table'}", file=out)  # fmt: skip
     record = tuple({k: c[k] for k in ("position", "speedup", "ci", "control_ci")} for c in checks)
-    final = dataclasses.replace(launch(chosen), kept=kept, end_to_end=record)
-    return _save(pack, final)
+    final = launch(chosen, head)
+    return _save(pack, dataclasses.replace(final, kept=final.runs, end_to_end=record))
 
 
 CONFIRM_STEPS_MARGIN = 64  # positions past a confirmation's start that the steps need
@@ -397,12 +402,8 @@ def _per_bucket(
     choices: tuple[QuantChoice, ...], proposed: list[int], alone: dict[int, list[dict[str, Any]]],
     buckets: int, most: int = 0,
 ) -> list[list[int]]:  # fmt: skip
-    """Per measured bucket, the proposed settings it runs: per non-head role the one faster
-    alone there by the most (at most `most` settings in all when set, the fastest first);
-    the head's only if faster alone somewhere and slower nowhere (it runs in every bucket or
-    in none), then in every bucket."""
-    head = [i for i in proposed if choices[i].op == "head" and _verdict(alone[i])]
-    head = sorted(head, key=lambda i: -max(c["speedup"] for c in alone[i]))[:1]
+    """Per measured bucket, the proposed settings it runs besides the head's: per role the one
+    faster alone there by the most (at most `most` in all when set, the fastest first)."""
     rows = []
     for j in range(buckets):
         best: dict[str, tuple[float, int]] = {}
@@ -412,8 +413,17 @@ def _per_bucket(
             if c.op != "head" and _faster(check) and top:
                 best[c.role] = (check["speedup"], i)
         row = [i for _, i in sorted(best.values(), reverse=True)]
-        rows.append((row[:most] if most else row) + head)
+        rows.append(row[:most] if most else row)
     return rows
+
+
+def _head_choice(
+    choices: tuple[QuantChoice, ...], proposed: list[int], alone: dict[int, list[dict[str, Any]]]
+) -> list[int]:
+    """The head's setting, run in every bucket (the head op is not chosen per bucket): the one
+    faster alone by the most among those faster somewhere and slower nowhere; [] if none."""
+    fit = [i for i in proposed if choices[i].op == "head" and _verdict(alone[i])]
+    return sorted(fit, key=lambda i: -max(c["speedup"] for c in alone[i]))[:1]
 
 
 def _verdict(checks: list[dict[str, Any]]) -> bool:
