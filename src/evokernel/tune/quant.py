@@ -37,14 +37,16 @@ settings, timed interleaved (bench/paired.py, as tune/confirm.py times programs)
 first position of every engine context bucket up to `SCREEN_MAX`, each beside a control pair
 (the engine against a second copy of itself). Every proposed setting is timed alone; each
 bucket then takes, per role, the setting faster alone there by the most (beyond the control),
-and all buckets' settings are timed together: a bucket not faster there too keeps nothing (or,
-where it took several, its single best, timed together once more, kept only if faster then).
-Two measures of one bucket's settings have disagreed by up to 8% on an H100 (faster alone,
-slower together), so a bucket runs a setting only where its last measure agrees. Buckets
-past `SCREEN_MAX` run the table (the GEMVs' share of the step is small there). The head's
-setting runs in every bucket or none (the head op is not chosen per bucket): only if faster
-alone somewhere and slower nowhere. On the CPU nothing is
-timed: every role records the table's setting and the pack runs none.
+and all buckets' settings are timed together: a bucket not faster there too keeps nothing, and
+one that took several keeps only its single best where they were not faster together, or
+gained less than it alone (that single best is then timed with the rest once more, and kept
+only if faster then). Settings each faster alone can be slower together (INT4 gate_up and
+down_proj on an H100: +5.4% and +1.3% alone at position 513, -2.4% together), so a bucket
+runs settings only where its last measure agrees. Buckets past `SCREEN_MAX` run the table
+(the GEMVs' share of the step is small there). The head's setting runs in every bucket or
+none (the head op is not chosen per bucket): only if faster alone somewhere and slower
+nowhere. On the CPU nothing is timed: every role records the table's setting and the pack
+runs none.
 """
 
 from __future__ import annotations
@@ -370,7 +372,10 @@ def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | No
                 break
             checks = pairs.measure(launch(chosen, head), positions, f"together, pass {attempt + 1}")
             slow = [j for j, check in enumerate(checks) if chosen[j] and not _faster(check)]
-            for j in slow:  # a second pass tries the best alone where several did not agree
+            if attempt == 0:  # several settings that gain less together than the best alone
+                slow += [j for j, check in enumerate(checks) if len(chosen[j]) > 1 and j not in slow
+                         and check["speedup"] < alone[best[j][0]][j]["speedup"]]  # fmt: skip
+            for j in slow:  # a second pass tries the best alone where several did not do
                 chosen[j] = best[j] if attempt == 0 and len(chosen[j]) > 1 else []
             if not any(chosen[j] for j in slow):
                 break
