@@ -61,7 +61,7 @@ from typing import Any, TextIO
 
 import torch
 
-from evokernel.engine.packs.format import Pack, QuantChoice, QuantLaunch
+from evokernel.engine.packs.format import Entries, Pack, QuantChoice, QuantLaunch
 from evokernel.model.config import ModelConfig
 from evokernel.model.weights import PackedWeight
 
@@ -169,7 +169,6 @@ def search_launch(model_dir: Path, device: str, stream: TextIO | None = None) ->
 
 
 Setting = tuple[str, int, int]  # (mode, warps, tile bytes)
-Entries = tuple[tuple[str, str, int, str, int, int], ...]  # DecodeTuning.quant
 
 
 def _coordinate(
@@ -185,13 +184,14 @@ def _coordinate(
         for setting in settings(role, best[0], best[1], stage):
             if setting == best:
                 continue
-            try:
+            try:  # built (and, for the stage bench, timed) here
                 trial = bench.prepare(role, tables, setting)
+                wins = bench.better(incumbent, trial)
             except Exception as err:  # a setting that cannot be built here: skipped
                 print(f"  {role.name} {_text(setting)}: skipped ({type(err).__name__}: "
                       f"{' '.join(str(err).split())[:120]})", file=out)  # fmt: skip
                 continue
-            if bench.better(incumbent, trial):
+            if wins:
                 best, incumbent = setting, trial
                 best_us = bench.time(incumbent)
     return best, best_us, table_us
@@ -221,6 +221,7 @@ class _StageBench:
     def prepare(
         self, role: Role, tables: dict[tuple[str, str, int], Setting], setting: Setting
     ) -> tuple[Role, Setting]:
+        """What `time` builds and times: the role's stage alone (no other role runs)."""
         return (role, setting)
 
     def time(self, trial: tuple[Role, Setting]) -> float:
