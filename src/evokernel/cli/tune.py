@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "so every bucket keeps the baseline. On a quantized checkpoint there is no layer "
             "program to search (the programs take dense projections): tune measures each packed "
             "projection's launch (dequantisation mode, warps, tile) on its own weights and the "
-            "pack keeps those the whole decode step confirms, timed interleaved on this GPU. "
+            "pack keeps, per context bucket, those the whole decode step confirms, timed "
+            "interleaved on this GPU (a fixed sweep, about 1.5 minutes a format on an H100: "
+            "--budget-minutes and --iterations do not apply to it). "
             "Use it with --kernels PACK_DIR on generate, verify and bench decode."
         ),
     )
