@@ -10,6 +10,11 @@ its own bucket. The pack's programs are imported through engine/packs/programs.p
 static check first; once per process; Triton's mode must be set first:
 `evokernel.device.prepare`). Apply a pack last: replacing one of decode_layer's parts
 afterwards re-composes decode_layer without the pack.
+
+A quantized checkpoint's pack has no programs but launch settings (`pack.quantized`):
+`quant_ops` composes, per bucket, a decode_layer whose fused ops run that bucket's
+`DecodeTuning.quant` entries (a `BucketOp`, chosen by `max_len` as programs are), and gives
+the other fused ops (the head) the entries every bucket shares.
 """
 
 from __future__ import annotations
