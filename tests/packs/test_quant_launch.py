@@ -226,3 +226,8 @@ def test_bench_decode_runs_a_quantized_checkpoint_with_its_pack_beside_it(
     assert (tiny_fp32, None) in seen
     with pytest.raises(ConfigError, match="fits no --quantized checkpoint"):
         run_decode_bench(options((cpu_pack, tmp_path)))
+
+
+def test_nothing_proposed_means_nothing_to_confirm(int8_dir: Path, cpu_pack: Path) -> None:
+    pack = read_pack(cpu_pack)  # the table's settings only: no engine is loaded, no GPU needed
+    assert tune_quant.confirm_launch(pack, int8_dir, "cuda") is pack

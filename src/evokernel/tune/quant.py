@@ -22,9 +22,10 @@ that disagree and that each miss what the other finds (H100, Qwen3-0.6B):
   stage search  the role's stage as a CUDA graph over all layers (distinct weights: L2 cold),
                 `STAGE_REPS` replays, the median; a setting wins by > `STAGE_MARGIN`. It found
                 an FP8 down_proj setting worth 2-3% of the step, and proposed INT8 and INT4
-                settings 3-15% faster as stages that made the step 0.5-7% slower (larger
-                tiles hold more registers, so a kernel's programs wait longer to start
-                beside the previous kernel's under programmatic dependent launch).
+                settings 2-8% faster as stages that made the step 0.5-7% slower (likely,
+                not profiled: larger tiles hold more registers, so a kernel's programs
+                start later beside the previous kernel's under programmatic dependent
+                launch).
   step search   the whole greedy step as the engine runs it (one CUDA graph at position
                 `STEP_POSITION`), the incumbent's and the setting's graphs replayed paired
                 (`_StepBench.ratio`); a setting wins by > `STEP_MARGIN`. It found an INT4 qkv
@@ -337,7 +338,7 @@ def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | No
     from evokernel.engine.graph import context_buckets
 
     q = pack.quantized
-    if q is None or q.rule != RULE:  # nothing measured, or nothing differs from the table
+    if q is None or all(c.source == "table" for c in q.choices):  # nothing proposed
         return pack
     out = stream or sys.stdout
     cfg = ModelConfig.from_dir(model_dir)
