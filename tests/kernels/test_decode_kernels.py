@@ -26,7 +26,9 @@ GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 4
 # it (the weights the MMA's row operand, every norm a launch of its own, the whole K or K split
 # to fill the SMs, row tiles looped over), also with K split in 64-wide slices over up to three
 # programs per column tile (merged by the last to finish); and the rows kernel's fused design
-# (the norm in every program, x the MMA's row operand), also split.
+# (the norm in every program, x the MMA's row operand), also split; and the whole-K design (each
+# program the whole K, cut into parts of the batched dot), with its own norm and with the
+# norm launched apart, in parts narrower than K's padding and row tiles looped over.
 GEMV_PATHS = {
     "default": decode.DEFAULT,
     "one-row": decode.DecodeTuning(rows_min=1 << 30),
@@ -40,6 +42,15 @@ GEMV_PATHS = {
         rows_swap=False,
         rows_prenorm=0,
         rows_warps=4,
+    ),
+    "whole-k": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_prenorm=0),
+    "whole-k-parts": decode.DecodeTuning(
+        rows_min=2,
+        rows_whole_k=256,
+        rows_whole_k_rows=64,
+        rows_part_k=16,
+        rows_block_m=16,
+        rows_block_n=32,
     ),
 }
 

@@ -28,7 +28,9 @@ SCRIPT = textwrap.dedent(
         norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
     from evokernel.kernels.rope import qk_norm_rope_append_kernel
-    from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel
+    from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel, rows_whole_k_kernel
+    from evokernel.ops import layer
+    from evokernel.ops.tuning import DEFAULT
 
     CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
@@ -129,6 +131,22 @@ SCRIPT = textwrap.dedent(
             "IEEE": False, "SWAP": swap, "PDL": True}, warps, ptrs)
         no_spills(out, f"rows epilogue={epilogue} K={k} BLOCK_K={block_k} split={split} "
                        f"swap={swap}")
+    # The whole-K rows kernel as ops/layer.py picks it at up to 8 rows (qkv, o_proj, gate_up,
+    # the head), and with parts of 64 and 256.
+    layer.shared_limit = lambda device: 232448
+    whole_args = {n: v for n, v in rows_args.items() if n not in ("part_ptr", "ticket_ptr")}
+    for epilogue, n, k, part_k in ((0, 4096, 1024, 128), (1, 1024, 2048, 128),
+                                   (2, 3072, 1024, 128), (3, 151936, 1024, 128),
+                                   (0, 4096, 1024, 64), (1, 1024, 2048, 256)):
+        tiles = 2 if epilogue == 2 else 1
+        t = DEFAULT._replace(rows_part_k=part_k)
+        bm, bn, parts, kw, warps = layer.rows_whole_k_blocks(8, n, k, 2, None, t, tiles)
+        args = dict(whole_args, out_ptr="*fp32") if epilogue == 3 else whole_args
+        out = compile_one(rows_whole_k_kernel, args, {"K": k, "BLOCK_M": bm, "BLOCK_N": bn,
+            "PARTS": parts, "KW": kw, "NORM": False, "HAS_BIAS": epilogue == 0,
+            "EPILOGUE": epilogue, "WRITE_LOGITS": False, "ARGMAX": epilogue == 3,
+            "IEEE": False, "PDL": True}, warps, ptrs)
+        no_spills(out, f"rows_whole_k epilogue={epilogue} K={k} parts={parts}")
     out = compile_one(rows_norm_kernel, {"x_ptr": p, "w_ptr": p, "out_ptr": p,
         "stride_x": "i32", "stride_out": "i32", "eps": "fp32"},
         {"K": 1024, "BLOCK_K": 1024, "PDL": True}, 4)

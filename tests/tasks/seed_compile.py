@@ -108,6 +108,7 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
     a 132-SM GPU."""
     m = _load("decode_layer", knobs)
     m.sm_count = lambda device: 132
+    m.shared_limit = lambda device: H100_SHARED
     t = m._tuning()
     p = "*" + dtype
     pdl = bool(t.pdl)
@@ -139,15 +140,26 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
         rows |= {"res_ptr": p, "key_ptr": "*i64", "part_ptr": "*fp32", "ticket_ptr": "*i32"}
         rows |= {"M": "i32", "N": "i32", "stride_x": "i32"}
         rows |= {"stride_w": "i32", "stride_out": "i32", "stride_res": "i32", "eps": "fp32"}
+        whole_sig = {n: v for n, v in rows.items() if n not in ("part_ptr", "ticket_ptr")}
+        size = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
         for M in (8, 32):
             for epilogue, n, k in ((0, n_qkv, H), (1, H, hq * D), (2, inter, H), (1, H, inter)):
                 tiles = 2 if epilogue == 2 else 1
+                norm = epilogue != 1 and t.rows_prenorm != 2
+                flags = {"NORM": norm, "HAS_BIAS": False, "EPILOGUE": epilogue}
+                flags |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
+                whole = m.rows_whole_k_blocks(M, n, k, size, None, t, tiles)
+                if whole is not None:
+                    block_m, block_n, parts, kw, warps = whole
+                    consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "PARTS": parts}
+                    consts |= {"KW": kw} | flags
+                    kernel, sig = m.rows_whole_k_kernel, whole_sig
+                    shared = _compile(kernel, sig, consts | {"PDL": pdl}, warps, 3)
+                    lines.append(f"rows_whole_k_kernel {dtype} M={M} {consts}: {shared} B shared")
+                    continue
                 block_m, block_n, block_k, split, warps = m.rows_blocks(M, n, k, 2, None, t, tiles)
                 consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
-                consts |= {"SPLIT": split, "SWAP": bool(t.rows_swap)}
-                norm = epilogue != 1 and t.rows_prenorm != 2
-                consts |= {"NORM": norm, "HAS_BIAS": False, "EPILOGUE": epilogue}
-                consts |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
+                consts |= {"SPLIT": split, "SWAP": bool(t.rows_swap)} | flags
                 shared = _compile(m.rows_gemv_kernel, rows, consts | {"PDL": pdl}, warps, 3)
                 lines.append(f"rows_gemv_kernel {dtype} M={M} {consts}: {shared} B shared")
         if t.rows_prenorm == 2:

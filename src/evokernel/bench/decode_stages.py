@@ -95,6 +95,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the rows kernel's launch before 2026-11-26's batched-decode work (one wave of BLOCK_N
     # = 16 programs with the norm fused in each, 4 warps, 16-row tiles)
     "rows-fused": {"rows_swap": False, "rows_prenorm": 0, "rows_warps": 4, "rows_block_m": 16},
+    # Whole K a program (kernels/rows.py `rows_whole_k_kernel`) up to K 1,024 (qkv, gate_up,
+    # head) or 2,048 (and o_proj), up to 8 or 16 rows: no cross-program merge; the norms
+    # launched apart (or in each program: `-fused`); parts of 128 along K (or 256).
+    "whole-k": {"rows_whole_k": 2048},
+    "whole-k1024": {"rows_whole_k": 1024},
+    "whole-k-m16": {"rows_whole_k": 2048, "rows_whole_k_rows": 16},
+    "whole-k-fused": {"rows_whole_k": 2048, "rows_prenorm": 0},
+    "whole-k-p256": {"rows_whole_k": 2048, "rows_part_k": 256},
     # Batches below rows_min run the one-row CUDA-core kernels.
     "one-row": {"rows_min": 1 << 30},
     # The plain PyTorch ops (cuBLAS GEMMs, SDPA, eager norms): a yardstick, not the engine.

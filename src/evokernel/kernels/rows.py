@@ -32,6 +32,14 @@ chains the warp interleaves (a quarter of the latency), then summed.
                 max/argmax over this program's columns folded into its int64 key by an atomic
                 max (ARGMAX, kernels/gemv.py `argmax_key`)
 
+`rows_whole_k_kernel` is the same product without the cross-program merge: program n owns
+output columns [n*BLOCK_N, +BLOCK_N) over the whole of K, its slab cut into PARTS slices of
+KW along K that one batched dot takes as its batch dimension (Triton puts a 3-D dot's warps
+on that dimension: each warp multiplies its own slices, none repeats another's). The parts'
+products are summed in registers and shared memory (a block reduction, not partials in
+global memory and a ticket). With whole rows of x in the program, NORM costs no second pass:
+the squares are summed from the tile that feeds the dot.
+
 Results equal the one-row kernels' up to float32 summation order (the dot's).
 """
 
@@ -304,3 +312,85 @@ def rows_norm_kernel(
     pdl_enter(PDL)
     x = tl.load(x_ptr + row * stride_x + ks, mask=mask, other=0.0).to(tl.float32)
     _store_normed(x, w_ptr, out_ptr + row * stride_out, ks, mask, K, eps)
+
+
+@triton.jit
+def _dot3(a, b, IEEE: tl.constexpr):
+    """The batched product a [P, BN, KW] @ b [P, KW, BM] in float32, [P, BN, BM]."""
+    if IEEE:
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
+@triton.jit
+def rows_whole_k_kernel(
+    x_ptr,  # [M, K]
+    norm_ptr,  # [K] (NORM)
+    w_ptr,  # [N, K]; EPILOGUE 2: [2N, K], gate rows then up rows
+    bias_ptr,  # [N] (HAS_BIAS)
+    out_ptr,  # as rows_gemv_kernel's
+    res_ptr,
+    key_ptr,
+    M,
+    N,
+    stride_x,
+    stride_w,
+    stride_out,
+    stride_res,
+    eps,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PARTS: tl.constexpr,  # K slices (a power of two): the batched dot's batch dimension
+    KW: tl.constexpr,  # each slice's width: PARTS * KW >= K
+    NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    col0 = pid * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
+    part = tl.arange(0, PARTS)
+    kk = tl.arange(0, KW)
+    dtype = x_ptr.dtype.element_ty
+    # The slab as [PARTS, BLOCK_N, KW]: part p holds K columns [p*KW, +KW).
+    k_w = part[:, None, None] * KW + kk[None, None, :]
+    w_mask = (cols_n[None, :, None] < N) & (k_w < K)
+    w_offs = cols_n[None, :, None].to(tl.int64) * stride_w + k_w
+    w = tl.load(w_ptr + w_offs, mask=w_mask, other=0.0, eviction_policy="evict_first")
+    u = w
+    if EPILOGUE == 2:  # the up rows (2N * K < 2**31 elements)
+        u = tl.load(w_ptr + N * stride_w + w_offs, mask=w_mask, other=0.0,
+                    eviction_policy="evict_first")  # fmt: skip
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
+    # x^T as [PARTS, KW, BLOCK_M], the dot's other operand; the norm weight likewise.
+    k_x = part[:, None, None] * KW + kk[None, :, None]
+    norm_w = tl.zeros([PARTS, KW, 1], tl.float32)
+    if NORM:
+        norm_w = tl.load(norm_ptr + k_x, mask=k_x < K, other=0.0).to(tl.float32)
+    pdl_enter(PDL)
+
+    for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+        rows_m = m0 + tl.arange(0, BLOCK_M)
+        x_mask = (k_x < K) & (rows_m[None, None, :] < M)
+        x = tl.load(x_ptr + rows_m[None, None, :].to(tl.int64) * stride_x + k_x, mask=x_mask,
+                    other=0.0)  # fmt: skip
+        if NORM:  # as transformers rounds: to the dtype before and after the weight
+            xf = x.to(tl.float32)
+            rstd = tl.rsqrt(tl.sum(tl.sum(xf * xf, axis=1), axis=0) / K + eps)
+            x = ((xf * rstd[None, None, :]).to(dtype).to(tl.float32) * norm_w).to(dtype)
+        acc = tl.trans(tl.sum(_dot3(w, x, IEEE), axis=0))
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = tl.trans(tl.sum(_dot3(u, x, IEEE), axis=0))
+        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                  ARGMAX)  # fmt: skip

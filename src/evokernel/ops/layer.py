@@ -33,7 +33,7 @@ import triton
 
 from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
 from evokernel.kernels.gemv import gemv_add_kernel, norm_gate_up_kernel, norm_gemv_kernel
-from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel
+from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel, rows_whole_k_kernel
 
 
 def next_pow2(n):
@@ -98,6 +98,60 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     return block_m, block_n, block_k, triton.cdiv(K, block_k), warps
 
 
+@functools.lru_cache(maxsize=16)
+def shared_limit(device):
+    """Shared memory bytes one program may take (the opt-in limit); none in the interpreter."""
+    if device.type != "cuda":
+        return 1 << 30
+    props = torch.cuda.get_device_properties(device)
+    return props.shared_memory_per_block_optin  # type: ignore[attr-defined]  # not in the stubs
+
+
+def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, PARTS, KW, warps) of the whole-K rows kernel (kernels/rows.py), or
+    None where `tuning` keeps these rows and this K on the split kernel (more than
+    `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
+    not fit the device's shared memory.
+
+    BLOCK_N `tuning.rows_block_n` or 16 (one MMA's rows, the smallest slab); warps by the
+    slab's bytes, 8 KB a warp (1..8); K padded to a power of two and cut into PARTS slices of
+    `tuning.rows_part_k` (at least one a warp, each >= 16 wide). BLOCK_M: 8 up to
+    `tuning.rows_block_m` as M needs, while x's tile stays within 256 bytes a thread. Both
+    operands pass through shared memory on their way to the MMA.
+    """
+    k_pow2 = max(16, next_pow2(K))
+    if tuning.rows_whole_k_rows < M or tuning.rows_whole_k < k_pow2:
+        return None
+    block_n = tuning.rows_block_n or 16
+    slab = block_n * k_pow2 * itemsize * tiles
+    warps = min(8, max(1, next_pow2(max(1, slab // 8192))))
+    parts = max(k_pow2 // min(tuning.rows_part_k, k_pow2), min(warps, k_pow2 // 16))
+    block_m = min(tuning.rows_block_m, max(8, next_pow2(M)))
+    while block_m > 8 and block_m * k_pow2 * itemsize > 256 * 32 * warps:
+        block_m //= 2
+    if slab + block_m * k_pow2 * itemsize > shared_limit(device):
+        return None
+    return block_m, block_n, parts, k_pow2 // parts, warps
+
+
+def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks, *,
+                  norm, epilogue, write_logits, pdl):  # fmt: skip
+    M, K = x.shape
+    block_m, block_n, parts, kw, warps = blocks
+    dummy = x  # pointer arguments a switch leaves unused
+    rows_whole_k_kernel[(triton.cdiv(n_out, block_n),)](
+        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
+        out if out is not None else dummy, residual if residual is not None else dummy,
+        keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
+        out.stride(0) if out is not None else 0,
+        residual.stride(0) if residual is not None else 0, eps,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, PARTS=parts, KW=kw, NORM=norm,
+        HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
+        num_warps=warps, launch_pdl=pdl,
+    )  # fmt: skip
+
+
 def _rows_prenormed(x, norm_weight, eps, tuning):
     """x's rows RMS-normalised once (kernels/rows.py `rows_norm_kernel`), for a rows launch
     that then reads them as they are."""
@@ -120,6 +174,12 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
+    whole = rows_whole_k_blocks(M, n_out, K, weight.element_size(), x.device, tuning, tiles)
+    if whole is not None:
+        _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
+                      norm=norm, epilogue=epilogue, write_logits=write_logits,
+                      pdl=tuning.pdl)  # fmt: skip
+        return
     block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles
     )

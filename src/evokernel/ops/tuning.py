@@ -35,6 +35,11 @@ class DecodeTuning(NamedTuple):
     rows_swap: bool = True  # its MMA's row operand the weights (BLOCK_N >= 16 per warp)
     rows_block_m: int = 64  # its widest tile of batch rows (16..64; fewer rows, narrower)
     rows_prenorm: int = 2  # normalise x once ahead of it: 0 never, 1 the head, 2 every op
+    # Up to this K (padded to a power of two; 0 never) and this many rows, a rows program takes
+    # the whole K, split over its warps (no cross-program merge)
+    rows_whole_k: int = 2048
+    rows_whole_k_rows: int = 8
+    rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -76,7 +81,7 @@ class DecodeTuning(NamedTuple):
 def check_tuning(t: DecodeTuning) -> DecodeTuning:
     """`t`, or an AssertionError naming the first field out of range."""
     for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
-                 "short_max", "rows_block_k", "rows_tile_bytes"):  # fmt: skip
+                 "short_max", "rows_block_k", "rows_tile_bytes", "rows_part_k"):  # fmt: skip
         value = getattr(t, name)
         assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
     assert t.attn_block_n >= 16 and t.gemv_warps in (0, 1, 2, 4, 8, 16), "attn_block_n/gemv_warps"
@@ -87,6 +92,10 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.rows_min >= 1 and t.rows_warps in (1, 2, 4, 8), "rows_min/rows_warps"
     assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 64, "rows blocks"
     assert t.rows_prenorm in (0, 1, 2) and t.rows_block_m in (16, 32, 64), "rows_prenorm/m"
+    assert t.rows_part_k >= 16, "rows_part_k"
+    whole, whole_rows = t.rows_whole_k, t.rows_whole_k_rows
+    assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
+    assert whole_rows >= 1, "rows_whole_k_rows"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
     for entry in t.quant:
         assert len(entry) == 6, "quant entries are (format, op, K, mode, warps, tile_bytes)"

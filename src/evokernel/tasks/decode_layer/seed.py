@@ -39,6 +39,9 @@ ROWS_WARPS = 2  # tune: 1, 2, 4
 ROWS_SWAP = True  # tune: False, True
 ROWS_BLOCK_M = 64  # tune: 16, 32, 64
 ROWS_PRENORM = 2  # tune: 0, 1, 2
+ROWS_WHOLE_K = 2048  # tune: 0, 1024, 2048, 4096
+ROWS_WHOLE_K_ROWS = 8  # tune: 4, 8, 16
+ROWS_PART_K = 128  # tune: 64, 128, 256
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -475,6 +478,88 @@ def rows_norm_kernel(
 
 
 @triton.jit
+def _dot3(a, b, IEEE: tl.constexpr):
+    """The batched product a [P, BN, KW] @ b [P, KW, BM] in float32, [P, BN, BM]."""
+    if IEEE:
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
+@triton.jit
+def rows_whole_k_kernel(
+    x_ptr,  # [M, K]
+    norm_ptr,  # [K] (NORM)
+    w_ptr,  # [N, K]; EPILOGUE 2: [2N, K], gate rows then up rows
+    bias_ptr,  # [N] (HAS_BIAS)
+    out_ptr,  # as rows_gemv_kernel's
+    res_ptr,
+    key_ptr,
+    M,
+    N,
+    stride_x,
+    stride_w,
+    stride_out,
+    stride_res,
+    eps,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PARTS: tl.constexpr,  # K slices (a power of two): the batched dot's batch dimension
+    KW: tl.constexpr,  # each slice's width: PARTS * KW >= K
+    NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    col0 = pid * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
+    part = tl.arange(0, PARTS)
+    kk = tl.arange(0, KW)
+    dtype = x_ptr.dtype.element_ty
+    # The slab as [PARTS, BLOCK_N, KW]: part p holds K columns [p*KW, +KW).
+    k_w = part[:, None, None] * KW + kk[None, None, :]
+    w_mask = (cols_n[None, :, None] < N) & (k_w < K)
+    w_offs = cols_n[None, :, None].to(tl.int64) * stride_w + k_w
+    w = tl.load(w_ptr + w_offs, mask=w_mask, other=0.0, eviction_policy="evict_first")
+    u = w
+    if EPILOGUE == 2:  # the up rows (2N * K < 2**31 elements)
+        u = tl.load(w_ptr + N * stride_w + w_offs, mask=w_mask, other=0.0,
+                    eviction_policy="evict_first")  # fmt: skip
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
+    # x^T as [PARTS, KW, BLOCK_M], the dot's other operand; the norm weight likewise.
+    k_x = part[:, None, None] * KW + kk[None, :, None]
+    norm_w = tl.zeros([PARTS, KW, 1], tl.float32)
+    if NORM:
+        norm_w = tl.load(norm_ptr + k_x, mask=k_x < K, other=0.0).to(tl.float32)
+    pdl_enter(PDL)
+
+    for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+        rows_m = m0 + tl.arange(0, BLOCK_M)
+        x_mask = (k_x < K) & (rows_m[None, None, :] < M)
+        x = tl.load(x_ptr + rows_m[None, None, :].to(tl.int64) * stride_x + k_x, mask=x_mask,
+                    other=0.0)  # fmt: skip
+        if NORM:  # as transformers rounds: to the dtype before and after the weight
+            xf = x.to(tl.float32)
+            rstd = tl.rsqrt(tl.sum(tl.sum(xf * xf, axis=1), axis=0) / K + eps)
+            x = ((xf * rstd[None, None, :]).to(dtype).to(tl.float32) * norm_w).to(dtype)
+        acc = tl.trans(tl.sum(_dot3(w, x, IEEE), axis=0))
+        acc_u = acc
+        if EPILOGUE == 2:
+            acc_u = tl.trans(tl.sum(_dot3(u, x, IEEE), axis=0))
+        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                  ARGMAX)  # fmt: skip
+
+
+@triton.jit
 def norm_rope(
     x1, x2, w1, w2, c, s, eps, D: tl.constexpr, dtype: tl.constexpr, NORM: tl.constexpr
 ):  # fmt: skip
@@ -800,6 +885,11 @@ class DecodeTuning(NamedTuple):
     rows_swap: bool = True  # its MMA's row operand the weights (BLOCK_N >= 16 per warp)
     rows_block_m: int = 64  # its widest tile of batch rows (16..64; fewer rows, narrower)
     rows_prenorm: int = 2  # normalise x once ahead of it: 0 never, 1 the head, 2 every op
+    # Up to this K (padded to a power of two; 0 never) and this many rows, a rows program takes
+    # the whole K, split over its warps (no cross-program merge)
+    rows_whole_k: int = 2048
+    rows_whole_k_rows: int = 8
+    rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -900,6 +990,60 @@ def rows_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     return block_m, block_n, block_k, triton.cdiv(K, block_k), warps
 
 
+@functools.lru_cache(maxsize=16)
+def shared_limit(device):
+    """Shared memory bytes one program may take (the opt-in limit); none in the interpreter."""
+    if device.type != "cuda":
+        return 1 << 30
+    props = torch.cuda.get_device_properties(device)
+    return props.shared_memory_per_block_optin  # type: ignore[attr-defined]  # not in the stubs
+
+
+def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, PARTS, KW, warps) of the whole-K rows kernel (kernels/rows.py), or
+    None where `tuning` keeps these rows and this K on the split kernel (more than
+    `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
+    not fit the device's shared memory.
+
+    BLOCK_N `tuning.rows_block_n` or 16 (one MMA's rows, the smallest slab); warps by the
+    slab's bytes, 8 KB a warp (1..8); K padded to a power of two and cut into PARTS slices of
+    `tuning.rows_part_k` (at least one a warp, each >= 16 wide). BLOCK_M: 8 up to
+    `tuning.rows_block_m` as M needs, while x's tile stays within 256 bytes a thread. Both
+    operands pass through shared memory on their way to the MMA.
+    """
+    k_pow2 = max(16, next_pow2(K))
+    if tuning.rows_whole_k_rows < M or tuning.rows_whole_k < k_pow2:
+        return None
+    block_n = tuning.rows_block_n or 16
+    slab = block_n * k_pow2 * itemsize * tiles
+    warps = min(8, max(1, next_pow2(max(1, slab // 8192))))
+    parts = max(k_pow2 // min(tuning.rows_part_k, k_pow2), min(warps, k_pow2 // 16))
+    block_m = min(tuning.rows_block_m, max(8, next_pow2(M)))
+    while block_m > 8 and block_m * k_pow2 * itemsize > 256 * 32 * warps:
+        block_m //= 2
+    if slab + block_m * k_pow2 * itemsize > shared_limit(device):
+        return None
+    return block_m, block_n, parts, k_pow2 // parts, warps
+
+
+def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks, *,
+                  norm, epilogue, write_logits, pdl):  # fmt: skip
+    M, K = x.shape
+    block_m, block_n, parts, kw, warps = blocks
+    dummy = x  # pointer arguments a switch leaves unused
+    rows_whole_k_kernel[(triton.cdiv(n_out, block_n),)](
+        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
+        out if out is not None else dummy, residual if residual is not None else dummy,
+        keys if keys is not None else dummy, M, n_out, x.stride(0), weight.stride(0),
+        out.stride(0) if out is not None else 0,
+        residual.stride(0) if residual is not None else 0, eps,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, PARTS=parts, KW=kw, NORM=norm,
+        HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
+        num_warps=warps, launch_pdl=pdl,
+    )  # fmt: skip
+
+
 def _rows_prenormed(x, norm_weight, eps, tuning):
     """x's rows RMS-normalised once (kernels/rows.py `rows_norm_kernel`), for a rows launch
     that then reads them as they are."""
@@ -922,6 +1066,12 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
+    whole = rows_whole_k_blocks(M, n_out, K, weight.element_size(), x.device, tuning, tiles)
+    if whole is not None:
+        _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
+                      norm=norm, epilogue=epilogue, write_logits=write_logits,
+                      pdl=tuning.pdl)  # fmt: skip
+        return
     block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles
     )
@@ -1080,6 +1230,9 @@ def _tuning():
         rows_swap=ROWS_SWAP,
         rows_block_m=ROWS_BLOCK_M,
         rows_prenorm=ROWS_PRENORM,
+        rows_whole_k=ROWS_WHOLE_K,
+        rows_whole_k_rows=ROWS_WHOLE_K_ROWS,
+        rows_part_k=ROWS_PART_K,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
