@@ -291,6 +291,43 @@ def test_cuda_attention_matches_composition_and_triton(B, hq, hkv, S, lens, dtyp
     assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
 
 
+# Bounds past one CTA: a cluster of CTAs per kv head (at least 1, 4 or 8), the new row in the
+# first row of a later CTA, CTAs with no live row, clusters of 2 to 8.
+CUDA_CLUSTER_CASES = [
+    # B, Hq, Hkv, S, seq_lens, min_cluster
+    (1, 16, 8, 1024, [1000], 4),
+    (1, 16, 8, 2048, [2048], 4),
+    (2, 8, 4, 2048, [2048, 1], 4),
+    (1, 16, 8, 512, [257], 1),
+    (3, 4, 2, 700, [300, 700, 17], 8),
+    (2, 4, 2, 300, [129, 65], 4),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B,hq,hkv,S,lens,cluster", CUDA_CLUSTER_CASES)
+def test_cuda_attention_clusters_match_composition(B, hq, hkv, S, lens, cluster, dtype) -> None:
+    from evokernel.ops import attention_cuda
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the CUDA attention needs sm_90+")
+    D, scale = 128, 128**-0.5
+    inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + cluster)
+    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    tuning = decode.DecodeTuning(cuda_cluster=cluster)
+    assert attention_cuda.applies(qkv, kc, hq, S, tuning.cuda_direct_max, cluster)
+    assert not attention_cuda.applies(qkv, kc, hq, S, 256)  # beyond a bound of 256
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    got = decode.decode_attention_qkv(
+        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, tuning=tuning
+    )
+    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
+    assert_close(got, want, "CUDA attention, clusters")
+    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
+    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+
+
 @pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
@@ -354,6 +391,19 @@ def test_ticket_merge_holds_over_many_graph_replays() -> None:
         torch.cuda.synchronize()
         assert_close(out, REF.decode_attention(q, kc, vc, seq, scale), f"lengths {row.tolist()}")
         assert _tickets_are_zero("cuda")
+
+
+def test_cuda_attention_plan_clusters_only_on_half_the_sms() -> None:
+    from evokernel.ops.attention_cuda import plan
+
+    assert plan(1, 8, 200, 4, 132) == (13, 1)  # one CTA up to 256 rows
+    assert plan(1, 8, 512, 4, 132) == (8, 4)  # at least 4 CTAs beyond
+    assert plan(1, 8, 1024, 4, 132) == (16, 4)
+    assert plan(1, 8, 2048, 4, 132) == (16, 8)  # 16 warps of 16 rows a CTA at most
+    assert plan(1, 8, 2049, 4, 132) is None
+    assert plan(2, 4, 1024, 4, 132) == (16, 4)  # 32 CTAs
+    assert plan(4, 8, 1024, 4, 132) is None  # 128 CTAs: the Triton kernels
+    assert plan(8, 8, 256, 4, 132) == (16, 1)
 
 
 def test_short_tiles_apply_up_to_their_bound() -> None:

@@ -103,6 +103,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "whole-k-m16": {"rows_whole_k": 2048, "rows_whole_k_rows": 16},
     "whole-k-fused": {"rows_whole_k": 2048, "rows_prenorm": 0},
     "whole-k-p256": {"rows_whole_k": 2048, "rows_part_k": 256},
+    # The CUDA one-pass attention beyond 256 positions (a cluster of at least 4 CTAs per kv
+    # head; here 2 or 8) or only up to 256 (the engine until 2026-11-27), or up to 1,024.
+    "cuda-256": {"cuda_direct_max": 256},
+    "cuda-1k": {"cuda_direct_max": 1024},
+    "cuda-cl2": {"cuda_cluster": 2},
+    "cuda-cl8": {"cuda_cluster": 8},
     # Batches below rows_min run the one-row CUDA-core kernels.
     "one-row": {"rows_min": 1 << 30},
     # The plain PyTorch ops (cuBLAS GEMMs, SDPA, eager norms): a yardstick, not the engine.

@@ -11,9 +11,11 @@ Where each call goes:
   * dense projections: ops/layer.py, the launchers the `decode_layer` task's seed is
     generated from (one-row CUDA-core kernels below `tuning.rows_min` rows, the tensor-core
     rows kernel from there on);
-  * the fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
-    applies (`tuning.cuda_direct`, ops/attention_cuda.py: head_dim 128, 2 query heads per kv
-    head, q/k norms, bf16/fp16, sm_90+, nvcc present), else ops/layer.py's Triton attention;
+  * the fused attention bounded by <= `tuning.cuda_direct_max` positions (at most 2,048): the
+    CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
+    head_dim 128, 2 query heads per kv head, q/k norms, bf16/fp16, sm_90+, nvcc present;
+    beyond 256 rows a cluster of at least `tuning.cuda_cluster` CTAs per kv head, while the
+    grid is one wave), else ops/layer.py's Triton attention;
   * the head (final norm + lm_head): its logits, or greedy argmax folded into one int64 key
     per row by the lm_head programs (an atomic max on a kept zeroed buffer, `argmax_keys`)
     and a one-program kernel that turns the keys into tokens.
@@ -153,11 +155,14 @@ def decode_attention_qkv(
     bound = min(max_len, k_cache.shape[2])
     if (
         split is None and tuning.cuda_direct and q_norm is not None and k_norm is not None
-        and attention_cuda.applies(qkv, k_cache, hq, bound)
+        and attention_cuda.applies(
+            qkv, k_cache, hq, bound, tuning.cuda_direct_max, tuning.cuda_cluster
+        )
     ):  # fmt: skip
         out = torch.empty((B, hq, D), device=qkv.device, dtype=qkv.dtype)
         attention_cuda.launch(qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
-                              seq_lens, scale, eps, out, bound, tuning.pdl)  # fmt: skip
+                              seq_lens, scale, eps, out, bound, tuning.pdl,
+                              tuning.cuda_cluster)  # fmt: skip
         return out.view(B, hq * D)
     return layer.attention(
         qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,

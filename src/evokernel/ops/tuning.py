@@ -52,6 +52,8 @@ class DecodeTuning(NamedTuple):
     # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
     # applies (ops/attention_cuda.py; the engine only: a task candidate cannot build it)
     cuda_direct: bool = True
+    cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
+    cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
@@ -81,7 +83,8 @@ class DecodeTuning(NamedTuple):
 def check_tuning(t: DecodeTuning) -> DecodeTuning:
     """`t`, or an AssertionError naming the first field out of range."""
     for name in ("tile_bytes", "attn_block_n", "direct_max", "min_chunk", "max_split",
-                 "short_max", "rows_block_k", "rows_tile_bytes", "rows_part_k"):  # fmt: skip
+                 "short_max", "rows_block_k", "rows_tile_bytes", "rows_part_k",
+                 "cuda_direct_max"):  # fmt: skip
         value = getattr(t, name)
         assert value >= 1 and value & (value - 1) == 0, f"{name} must be a power of two"
     assert t.attn_block_n >= 16 and t.gemv_warps in (0, 1, 2, 4, 8, 16), "attn_block_n/gemv_warps"
@@ -97,6 +100,7 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
     assert whole_rows >= 1, "rows_whole_k_rows"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
+    assert 1 <= t.cuda_cluster <= 8, "cuda_cluster"
     for entry in t.quant:
         assert len(entry) == 6, "quant entries are (format, op, K, mode, warps, tile_bytes)"
         fmt, op, k, mode, warps, tile = entry

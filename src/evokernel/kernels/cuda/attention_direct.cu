@@ -3,10 +3,14 @@
 // kernels/attention.py's FUSED, DIRECT, CUDA-core path, for head_dim 128 and 2 query heads per
 // kv head). No split, so no second launch to merge chunks.
 //
-// Grid (B * Hkv), 32 * W threads, W = cdiv(bound, 16) <= 16 warps. Warp w owns cache rows
-// 16w .. 16w+15 of [0, seq_lens[b]) and both query heads 2j, 2j+1; its online-softmax state
-// (max, sum, accumulator per head, float32, base 2) is merged with the other warps' once,
-// through shared memory (one block barrier), and the CTA writes out[b, h, :] in the dtype.
+// Grid (B * Hkv * CL), 32 * W threads, a cluster of CL CTAs per (sequence, kv head) (CL = 1:
+// no cluster), W = cdiv(bound, 16 CL) <= 16 warps. Warp w of cluster rank r owns cache rows
+// 16(rW + w) .. +15 of [0, seq_lens[b]) and both query heads 2j, 2j+1; its online-softmax
+// state (max, sum, accumulator per head, float32, base 2) is merged with the other warps' once,
+// through shared memory (one block barrier). With CL = 1 the CTA then writes out[b, h, :] in
+// the dtype; with CL > 1 each CTA leaves its merged state in its shared memory, and after a
+// cluster barrier rank 0 merges the CL states through distributed shared memory and writes
+// out (a second cluster barrier keeps the others' shared memory alive until it has read).
 // Lane l owns dims 2l, 2l+1 of each head's low half and 64+2l, 64+2l+1 of its high half, so
 // RoPE's pairs (i, i+64) sit in one lane and every vector access is coalesced.
 //
@@ -20,6 +24,7 @@
 // probabilities rounded to the dtype for the value product. Positions at or past seq_lens[b]
 // are never read.
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,11 +32,14 @@
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int D = 128;
 constexpr int HALF = 64;
 constexpr int ROWS = 16;       // rows per warp
 constexpr int MAX_WARPS = 16;  // bounds up to 256 positions
 constexpr int GROUP = 2;
+constexpr int MAX_CLUSTER = 8;  // portable cluster size: bounds up to 2,048 positions
 constexpr unsigned FULL = 0xffffffffu;
 
 template <typename T> struct Pair;
@@ -119,8 +127,8 @@ template <typename T>
 __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     const T* __restrict__ qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, const int* pos_ptr,
-    const int* seq_lens, T* k_cache, T* v_cache, T* out, float scale, float eps, int hkv, int S,
-    int P, int64_t stride_qb, int64_t stride_kb, int64_t stride_kh, int64_t stride_ks,
+    const int* seq_lens, T* k_cache, T* v_cache, T* out, float scale, float eps, int hkv, int cl,
+    int S, int P, int64_t stride_qb, int64_t stride_kb, int64_t stride_kh, int64_t stride_ks,
     int64_t stride_vb, int64_t stride_vh, int64_t stride_vs, int64_t stride_ob,
     int64_t stride_oh) {
   using PT = Pair<T>;
@@ -129,11 +137,12 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
   __shared__ __align__(16) float sm_acc[MAX_WARPS][GROUP][D];
   __shared__ __align__(16) float sp[MAX_WARPS][GROUP * ROWS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int b = blockIdx.x / hkv, j = blockIdx.x % hkv;
+  const int head = blockIdx.x / cl, rank = blockIdx.x % cl;  // a cluster's CTAs are adjacent
+  const int b = head / hkv, j = head % hkv;
   const int hq = hkv * GROUP;
 
   const int seq_len = seq_lens[b];  // stable: set before this step began
-  const int row0 = warp * ROWS;
+  const int row0 = (rank * warps + warp) * ROWS;
   const T* k_base = k_cache + (int64_t)b * stride_kb + (int64_t)j * stride_kh;
   const T* v_base = v_cache + (int64_t)b * stride_vb + (int64_t)j * stride_vh;
   Tile<T> t;
@@ -169,7 +178,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     acc[g].lo = make_float2(0.f, 0.f);
     acc[g].hi = make_float2(0.f, 0.f);
   }
-  if (row0 < seq_len) {  // a warp with no live row only joins the merge
+  if (row0 < seq_len) {  // a warp with no live row only joins the merges
     const T* row_b = qkv + (int64_t)b * stride_qb;
     Quad q[GROUP];
 #pragma unroll
@@ -264,7 +273,9 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
   }
   __syncthreads();
   // Item i < 128 (threads stride over them: a CTA may have 32 threads) finishes dims 2u,
-  // 2u+1 (u = i % 64) of head i / 64.
+  // 2u+1 (u = i % 64) of head i / 64: over this CTA's warps, then (CL > 1) over the cluster.
+  __shared__ float cta_m[GROUP], cta_l[GROUP];
+  __shared__ __align__(16) float cta_o[GROUP][D];
   for (int i = threadIdx.x; i < GROUP * HALF; i += blockDim.x) {
     const int g = i / HALF, u = i % HALF;
     float m = -INFINITY;
@@ -279,36 +290,80 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
       o.x += a.x * f;
       o.y += a.y * f;
     }
-    const float inv = __frcp_rn(l);  // warp 0 always has a live row
-    auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
-    dst[u] = PT::v2(o.x * inv, o.y * inv);
+    if (cl == 1) {
+      const float inv = __frcp_rn(l);  // warp 0 always has a live row
+      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
+      dst[u] = PT::v2(o.x * inv, o.y * inv);
+    } else {  // this CTA's state, not yet normalised (m -inf, l 0: no live row here)
+      *reinterpret_cast<float2*>(&cta_o[g][2 * u]) = o;
+      if (u == 0) {
+        cta_m[g] = m;
+        cta_l[g] = l;
+      }
+    }
   }
+  if (cl == 1) return;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's state written and visible to the cluster
+  if (rank == 0) {
+    for (int i = threadIdx.x; i < GROUP * HALF; i += blockDim.x) {
+      const int g = i / HALF, u = i % HALF;
+      float m = -INFINITY;
+      for (int r = 0; r < cl; r++) m = fmaxf(m, *cluster.map_shared_rank(&cta_m[g], r));
+      float l = 0.f;
+      float2 o = make_float2(0.f, 0.f);
+      for (int r = 0; r < cl; r++) {
+        const float mr = *cluster.map_shared_rank(&cta_m[g], r);
+        if (mr == -INFINITY) continue;
+        const float f = ex2(mr - m);
+        const float2 a = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&cta_o[g][2 * u], r));
+        l += *cluster.map_shared_rank(&cta_l[g], r) * f;
+        o.x += a.x * f;
+        o.y += a.y * f;
+      }
+      const float inv = __frcp_rn(l);  // rank 0's warp 0 always has a live row
+      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
+      dst[u] = PT::v2(o.x * inv, o.y * inv);
+    }
+  }
+  cluster.sync();  // no CTA leaves while rank 0 still reads its shared memory
 }
 
 }  // namespace
 
 // ptrs: qkv, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out;
-// floats: scale, eps; ints: warps (cdiv(bound, 16), <= 16), hkv, S, P, B, device;
+// floats: scale, eps; ints: warps (cdiv(bound, 16 cluster), <= 16), hkv, S, P, B, device,
+// cluster (CTAs per (sequence, kv head), 1..8);
 // strides: qb, kb, kh, ks, vb, vh, vs, ob, oh. dtype 0 bfloat16, 1 float16.
 // Returns a cudaError_t (0: launched).
 extern "C" int evk_attention_direct(int dtype, int pdl, void** a, const float* f, const int* n,
                                     const int64_t* st, void* stream) {
-  if (n[0] < 1 || n[0] > MAX_WARPS) return (int)cudaErrorInvalidValue;
+  const int cl = n[6];
+  if (n[0] < 1 || n[0] > MAX_WARPS || cl < 1 || cl > MAX_CLUSTER) return (int)cudaErrorInvalidValue;
   cudaError_t err = cudaSetDevice(n[5]);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(n[4] * n[1]);
+  cfg.gridDim = dim3(n[4] * n[1] * cl);
   cfg.blockDim = dim3(32 * n[0]);
   cfg.stream = (cudaStream_t)stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int count = 0;
+  if (pdl) {
+    attr[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cl > 1) {
+    attr[count].id = cudaLaunchAttributeClusterDimension;
+    attr[count].val.clusterDim.x = cl;
+    attr[count].val.clusterDim.y = 1;
+    attr[count++].val.clusterDim.z = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = count;
 #define EVK_ARGS(T)                                                                        \
   (const T*)a[0], (const T*)a[1], (const T*)a[2], (const float*)a[3], (const float*)a[4], \
       (const int*)a[5], (const int*)a[6], (T*)a[7], (T*)a[8], (T*)a[9], f[0], f[1], n[1],  \
-      n[2], n[3], st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8]
+      cl, n[2], n[3], st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8]
   if (dtype == 0)
     return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__nv_bfloat16>,
                                    EVK_ARGS(__nv_bfloat16));

@@ -51,6 +51,8 @@ ATTN_WARPS = 4  # tune: 4, 8
 COMBINE_WARPS = 1  # tune: 1, 2
 DIRECT_MAX = 16  # tune: 16, 64, 256
 TICKET_COMBINE = False  # tune: False, True
+CUDA_DIRECT_MAX = 2048
+CUDA_CLUSTER = 4
 MIN_CHUNK = 16  # tune: 16, 32, 64
 ATTN_PROGRAMS_PER_SM = 2  # tune: 1, 2, 4
 MAX_SPLIT = 64  # tune: 16, 64
@@ -902,6 +904,8 @@ class DecodeTuning(NamedTuple):
     # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
     # applies (ops/attention_cuda.py; the engine only: a task candidate cannot build it)
     cuda_direct: bool = True
+    cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
+    cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
@@ -1242,6 +1246,8 @@ def _tuning():
         combine_warps=COMBINE_WARPS,
         direct_max=DIRECT_MAX,
         ticket_combine=TICKET_COMBINE,
+        cuda_direct_max=CUDA_DIRECT_MAX,
+        cuda_cluster=CUDA_CLUSTER,
         min_chunk=MIN_CHUNK,
         attn_programs_per_sm=ATTN_PROGRAMS_PER_SM,
         max_split=MAX_SPLIT,
