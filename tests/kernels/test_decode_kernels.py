@@ -50,8 +50,9 @@ GEMV_PATHS = {
         rows_whole_k_rows=64,
         rows_part_k=16,
         rows_block_m=16,
-        rows_block_n=32,
+        rows_whole_k_n=32,
     ),
+    "whole-k-n8": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_whole_k_n=8),
 }
 
 

@@ -103,6 +103,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "whole-k-m16": {"rows_whole_k": 2048, "rows_whole_k_rows": 16},
     "whole-k-fused": {"rows_whole_k": 2048, "rows_prenorm": 0},
     "whole-k-p256": {"rows_whole_k": 2048, "rows_part_k": 256},
+    "whole-k-n8": {"rows_whole_k_n": 8},
+    "whole-k-n32": {"rows_whole_k_n": 32},
+    "whole-k-4k": {"rows_whole_k": 4096},
+    "whole-k-4k-n8": {"rows_whole_k": 4096, "rows_whole_k_n": 8},
     # The CUDA one-pass attention beyond 256 positions (a cluster of at least 4 CTAs per kv
     # head; here 2 or 8) or only up to 256 (the engine until 2026-11-27), or up to 1,024.
     "cuda-256": {"cuda_direct_max": 256},

@@ -113,7 +113,8 @@ def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
     not fit the device's shared memory.
 
-    BLOCK_N `tuning.rows_block_n` or 16 (one MMA's rows, the smallest slab); warps by the
+    BLOCK_N `tuning.rows_whole_k_n` (16: one MMA's rows) over `tiles` (gate_up: 8 gate and 8
+    up rows, twice the programs of 16 columns, which measured faster); warps by the
     slab's bytes, 8 KB a warp (1..8); K padded to a power of two and cut into PARTS slices of
     `tuning.rows_part_k` (at least one a warp, each >= 16 wide). BLOCK_M: 8 up to
     `tuning.rows_block_m` as M needs, while x's tile stays within 256 bytes a thread. Both
@@ -122,7 +123,7 @@ def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     k_pow2 = max(16, next_pow2(K))
     if tuning.rows_whole_k_rows < M or tuning.rows_whole_k < k_pow2:
         return None
-    block_n = tuning.rows_block_n or 16
+    block_n = max(8, tuning.rows_whole_k_n // tiles)
     slab = block_n * k_pow2 * itemsize * tiles
     warps = min(8, max(1, next_pow2(max(1, slab // 8192))))
     parts = max(k_pow2 // min(tuning.rows_part_k, k_pow2), min(warps, k_pow2 // 16))

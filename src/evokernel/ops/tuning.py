@@ -39,6 +39,7 @@ class DecodeTuning(NamedTuple):
     # the whole K, split over its warps (no cross-program merge)
     rows_whole_k: int = 2048
     rows_whole_k_rows: int = 8
+    rows_whole_k_n: int = 16  # its output columns a program (8, 16 or 32)
     rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
@@ -98,7 +99,7 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.rows_part_k >= 16, "rows_part_k"
     whole, whole_rows = t.rows_whole_k, t.rows_whole_k_rows
     assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
-    assert whole_rows >= 1, "rows_whole_k_rows"
+    assert whole_rows >= 1 and t.rows_whole_k_n in (8, 16, 32), "rows_whole_k_rows/n"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
     assert 1 <= t.cuda_cluster <= 8, "cuda_cluster"
     for entry in t.quant:

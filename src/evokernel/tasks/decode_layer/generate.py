@@ -65,6 +65,7 @@ KNOBS: dict[str, tuple[object, ...]] = {
     "rows_prenorm": (2, 1, 0),
     "rows_whole_k": (2048, 1024, 0, 4096),
     "rows_whole_k_rows": (8, 4, 16),
+    "rows_whole_k_n": (16, 8, 32),
     "rows_part_k": (128, 64, 256),
     "attn_block_n": (64, 32, 128),
     "attn_warps": (4, 8),

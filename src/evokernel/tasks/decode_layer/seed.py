@@ -41,6 +41,7 @@ ROWS_BLOCK_M = 64  # tune: 16, 32, 64
 ROWS_PRENORM = 2  # tune: 0, 1, 2
 ROWS_WHOLE_K = 2048  # tune: 0, 1024, 2048, 4096
 ROWS_WHOLE_K_ROWS = 8  # tune: 4, 8, 16
+ROWS_WHOLE_K_N = 16  # tune: 8, 16, 32
 ROWS_PART_K = 128  # tune: 64, 128, 256
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
@@ -891,6 +892,7 @@ class DecodeTuning(NamedTuple):
     # the whole K, split over its warps (no cross-program merge)
     rows_whole_k: int = 2048
     rows_whole_k_rows: int = 8
+    rows_whole_k_n: int = 16  # its output columns a program (8, 16 or 32)
     rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
@@ -1009,7 +1011,8 @@ def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
     not fit the device's shared memory.
 
-    BLOCK_N `tuning.rows_block_n` or 16 (one MMA's rows, the smallest slab); warps by the
+    BLOCK_N `tuning.rows_whole_k_n` (16: one MMA's rows) over `tiles` (gate_up: 8 gate and 8
+    up rows, twice the programs of 16 columns, which measured faster); warps by the
     slab's bytes, 8 KB a warp (1..8); K padded to a power of two and cut into PARTS slices of
     `tuning.rows_part_k` (at least one a warp, each >= 16 wide). BLOCK_M: 8 up to
     `tuning.rows_block_m` as M needs, while x's tile stays within 256 bytes a thread. Both
@@ -1018,7 +1021,7 @@ def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     k_pow2 = max(16, next_pow2(K))
     if tuning.rows_whole_k_rows < M or tuning.rows_whole_k < k_pow2:
         return None
-    block_n = tuning.rows_block_n or 16
+    block_n = max(8, tuning.rows_whole_k_n // tiles)
     slab = block_n * k_pow2 * itemsize * tiles
     warps = min(8, max(1, next_pow2(max(1, slab // 8192))))
     parts = max(k_pow2 // min(tuning.rows_part_k, k_pow2), min(warps, k_pow2 // 16))
@@ -1236,6 +1239,7 @@ def _tuning():
         rows_prenorm=ROWS_PRENORM,
         rows_whole_k=ROWS_WHOLE_K,
         rows_whole_k_rows=ROWS_WHOLE_K_ROWS,
+        rows_whole_k_n=ROWS_WHOLE_K_N,
         rows_part_k=ROWS_PART_K,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
