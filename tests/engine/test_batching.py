@@ -289,10 +289,15 @@ def test_on_cuda_the_graphs_replay_what_eager_steps_compute(small_bf16):
 
 @pytest.mark.gpu
 def test_on_cuda_batching_changes_only_the_reduction_order(small_bf16):
+    """Batched against alone: the KL of summation order, and argmax flips only at near ties.
+
+    Measured on an H100 (2 layers of Qwen3-0.6B, three prompt sets): KL mean 3.2-3.9e-4,
+    argmax agreement 0.969-0.992 (8 to 2 flips in 256), and at every flip the two tokens
+    0.0625-0.125 nats apart alone (bf16 ties); a wrong row or position gives gaps of nats."""
     model = load_engine(small_bf16, "cuda", None, "triton")
     result = check(model, prompts(8, seed=8), steps=32)
     assert result.reduction_order_only, result
-    assert result.argmax_agree > 0.97, result
+    assert result.argmax_agree > 0.95 and result.flip_gap_max < 0.25, result
 
 
 @pytest.mark.gpu

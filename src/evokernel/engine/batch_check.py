@@ -12,7 +12,9 @@ kernels may reduce in another order for other row counts). The report:
   * `greedy_equal`: how many prompts produced exactly the same tokens;
   * teacher-forced KL: the batched decode fed each prompt's *alone* tokens, so both runs see
     the same context at every step; KL(alone || batched) of the next-token distributions per
-    step (mean and max over prompts and steps) and the argmax agreement. A reduction-order
+    step (mean and max over prompts and steps), the argmax agreement, and where the argmaxes
+    differ, how far apart the two tokens were alone (`flip_gap_max`: the largest
+    log-probability gap, alone, between the alone argmax and the batched one). A reduction-order
     difference shows as a small KL (the tiny model in float32 on the CPU: max ~2e-7, from the
     matrix products reducing in another order at batch 4 than at batch 1)
     with argmax flips only where the top two logits nearly tie; a defect (a wrong row, a
@@ -55,6 +57,7 @@ class BatchCheck:
     argmax_agree: float
     first_divergence: list[int | None]  # per prompt: the step where free-running tokens differ
     noise_kl_mean: float | None = None  # KL(float32 || the model alone), mean; None in float32
+    flip_gap_max: float = 0.0  # nats, alone, between the two argmaxes where they differ
 
     @property
     def reduction_order_only(self) -> bool:
@@ -138,7 +141,11 @@ def check(
             ).to(solo.device)
             noise = _kl(exact, solo.float()).mean().item()
     kl = _kl(solo.float(), batched.float())  # [B, steps]
-    agree = (solo.argmax(-1) == batched.argmax(-1)).float().mean().item()
+    top_solo, top_batched = solo.argmax(-1), batched.argmax(-1)
+    agree = (top_solo == top_batched).float().mean().item()
+    gaps = solo.float().gather(-1, top_solo[..., None]) - solo.float().gather(
+        -1, top_batched[..., None]
+    )
     divergence = [
         next((i for i, (x, y) in enumerate(zip(a, t)) if x != y), None)
         for a, t in zip(alone, together)
@@ -152,6 +159,7 @@ def check(
         argmax_agree=agree,
         first_divergence=divergence,
         noise_kl_mean=noise,
+        flip_gap_max=gaps.max().item(),
     )
 
 
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         f"batch {result.batch}, {result.steps} steps, {device} {model.dtype}, ops {ops}: "
         f"greedy equal {result.greedy_equal}/{result.batch}; teacher-forced KL mean "
         f"{result.kl_mean:.3g}, max {result.kl_max:.3g}; argmax agreement "
-        f"{result.argmax_agree:.4f}; "
+        f"{result.argmax_agree:.4f} (largest gap at a flip {result.flip_gap_max:.3g} nats); "
         + (
             ""
             if result.noise_kl_mean is None
