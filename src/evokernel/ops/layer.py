@@ -23,7 +23,11 @@ by ops/decode.py before these are reached); no asserts (the callers check).
 
 Rows: M < tuning.rows_min rows run the one-row CUDA-core kernels (kernels/gemv.py: each
 program's weight tile in registers, loaded before the PDL wait); from rows_min rows on, the
-tensor-core rows kernel (kernels/rows.py), which reads each weight once for the whole batch.
+tensor-core rows kernels (kernels/rows.py), which read each weight once for the whole batch:
+up to `rows_whole_k_rows` rows and K (padded) up to `rows_whole_k`, where the device's shared
+memory holds a program's operands, the whole-K kernel (each program the whole K, split over
+its warps: `rows_whole_k_blocks`); otherwise the kernel that splits K over programs and merges
+their partials (`rows_blocks`).
 """
 
 import functools

@@ -50,7 +50,9 @@ ROOTS = ("DecodeTuning", "norm_linear", "linear_residual", "norm_gate_up_silu", 
 # value: the engine's default, and PDL on, as the engine runs it wherever the GPU has it).
 # Fields without a declared space keep the default, unlisted.
 # Known-bad regions are left out (PDL off, a one-program-per-head attention at long context,
-# an unfused gate/up): the search's evaluations go where the engine can still gain.
+# an unfused gate/up; the whole-K rows kernel past 8 rows, for a K padded to 4,096, or with 8
+# or 32 columns a program, each measured slower on an H100, docs/perf-log.md): the search's
+# evaluations go where the engine can still gain.
 KNOBS: dict[str, tuple[object, ...]] = {
     "pdl": (True,),
     "tile_bytes": (32768, 16384, 65536),
@@ -63,10 +65,9 @@ KNOBS: dict[str, tuple[object, ...]] = {
     "rows_swap": (True, False),
     "rows_block_m": (64, 16, 32),
     "rows_prenorm": (2, 1, 0),
-    "rows_whole_k": (2048, 1024, 0, 4096),
-    "rows_whole_k_rows": (8, 4, 16),
-    "rows_whole_k_n": (16, 8, 32),
-    "rows_part_k": (128, 64, 256),
+    "rows_whole_k": (2048, 1024, 0),
+    "rows_whole_k_rows": (8, 4),
+    "rows_part_k": (128, 256),
     "attn_block_n": (64, 32, 128),
     "attn_warps": (4, 8),
     "short_block_n": (16, 32),
