@@ -1,5 +1,5 @@
-"""Launcher of the CUDA C++ one-pass short-context decode attention
-(kernels/cuda/attention_direct.cu).
+"""Launcher of the CUDA C++ one-pass decode attention for short and mid contexts (bounds up to
+2,048; kernels/cuda/attention_direct.cu).
 
     if applies(qkv, k_cache, hq, bound, max_bound, min_cluster):
         launch(qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale,
