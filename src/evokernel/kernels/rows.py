@@ -78,7 +78,7 @@ def _normed(x, norm_ptr, rstd, ks, K: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
+def _mma(a, b, IEEE: tl.constexpr):
     """a @ b in float32 (2-D, or 3-D batched over the first dimension); IEEE for float32
     inputs (no TF32)."""
     if IEEE:
@@ -93,9 +93,9 @@ def _slice_dot(x, w, IEEE: tl.constexpr, SWAP: tl.constexpr):
     """x [BM, BK] @ w [BN, BK]^T in float32; SWAP: its transpose w @ x^T [BN, BM], the weights
     the MMA's row operand, so the BLOCK_N rows spread over the warps (16 each)."""
     if SWAP:
-        out = _dot(w, tl.trans(x), IEEE)
+        out = _mma(w, tl.trans(x), IEEE)
     else:
-        out = _dot(x, tl.trans(w), IEEE)
+        out = _mma(x, tl.trans(w), IEEE)
     return out
 
 
@@ -382,10 +382,10 @@ def rows_whole_k_kernel(
             xf = x.to(tl.float32)
             rstd = tl.rsqrt(tl.sum(tl.sum(xf * xf, axis=1), axis=0) / K + eps)
             x = ((xf * rstd[None, None, :]).to(dtype).to(tl.float32) * norm_w).to(dtype)
-        acc = tl.trans(tl.sum(_dot(w, x, IEEE), axis=0))
+        acc = tl.trans(tl.sum(_mma(w, x, IEEE), axis=0))
         acc_u = acc
         if EPILOGUE == 2:
-            acc_u = tl.trans(tl.sum(_dot(u, x, IEEE), axis=0))
+            acc_u = tl.trans(tl.sum(_mma(u, x, IEEE), axis=0))
         _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                   stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                   ARGMAX)  # fmt: skip
