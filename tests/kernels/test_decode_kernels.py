@@ -52,7 +52,6 @@ GEMV_PATHS = {
         rows_block_m=16,
         rows_whole_k_n=32,
     ),
-    "whole-k-n8": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_whole_k_n=8),
 }
 
 
