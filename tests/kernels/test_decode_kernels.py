@@ -397,18 +397,18 @@ def test_whole_k_rows_apply_up_to_their_rows_k_and_shared_memory(monkeypatch) ->
     t = decode.DEFAULT
     cpu = torch.device("cpu")
     # Qwen3-0.6B at 8 rows: qkv, o_proj and the head whole-K; down (K 3,072 -> 4,096) split.
-    assert layer.rows_whole_k_blocks(8, 4096, 1024, 2, cpu, t) == (8, 16, 8, 128, 4)
-    assert layer.rows_whole_k_blocks(8, 1024, 2048, 2, cpu, t) == (8, 16, 16, 128, 8)
-    assert layer.rows_whole_k_blocks(8, 1024, 3072, 2, cpu, t) is None
+    assert layer.rows_whole_k_blocks(8, 1024, 2, cpu, t) == (8, 16, 8, 128, 4)
+    assert layer.rows_whole_k_blocks(8, 2048, 2, cpu, t) == (8, 16, 16, 128, 8)
+    assert layer.rows_whole_k_blocks(8, 3072, 2, cpu, t) is None
     # gate_up: 8 gate and 8 up rows a program (a slab of 16 weight rows)
-    assert layer.rows_whole_k_blocks(8, 3072, 1024, 2, cpu, t, tiles=2) == (8, 8, 8, 128, 4)
-    assert layer.rows_whole_k_blocks(9, 4096, 1024, 2, cpu, t) is None  # past 8 rows
-    assert layer.rows_whole_k_blocks(3, 4096, 1024, 2, cpu, t)[0] == 8  # the row tile
-    assert layer.rows_whole_k_blocks(16, 64, 64, 2, cpu, t._replace(rows_whole_k_rows=16))[0] == 16
+    assert layer.rows_whole_k_blocks(8, 1024, 2, cpu, t, tiles=2) == (8, 8, 8, 128, 4)
+    assert layer.rows_whole_k_blocks(9, 1024, 2, cpu, t) is None  # past 8 rows
+    assert layer.rows_whole_k_blocks(3, 1024, 2, cpu, t)[0] == 8  # the row tile
+    assert layer.rows_whole_k_blocks(16, 64, 2, cpu, t._replace(rows_whole_k_rows=16))[0] == 16
     # a device whose shared memory cannot hold the slab and x's tile keeps the split kernel
     monkeypatch.setattr(layer, "shared_limit", lambda device: 48 * 1024)
-    assert layer.rows_whole_k_blocks(8, 4096, 1024, 2, cpu, t) is not None  # 32 + 16 KB
-    assert layer.rows_whole_k_blocks(8, 1024, 2048, 2, cpu, t) is None  # 64 + 32 KB
+    assert layer.rows_whole_k_blocks(8, 1024, 2, cpu, t) is not None  # 32 + 16 KB
+    assert layer.rows_whole_k_blocks(8, 2048, 2, cpu, t) is None  # 64 + 32 KB
 
 
 def test_cuda_attention_plan_clusters_only_on_half_the_sms() -> None:

@@ -140,7 +140,7 @@ SCRIPT = textwrap.dedent(
                                    (0, 4096, 1024, 64), (1, 1024, 2048, 256)):
         tiles = 2 if epilogue == 2 else 1
         t = DEFAULT._replace(rows_part_k=part_k)
-        bm, bn, parts, kw, warps = layer.rows_whole_k_blocks(8, n, k, 2, None, t, tiles)
+        bm, bn, parts, kw, warps = layer.rows_whole_k_blocks(8, k, 2, None, t, tiles)
         args = dict(whole_args, out_ptr="*fp32") if epilogue == 3 else whole_args
         out = compile_one(rows_whole_k_kernel, args, {"K": k, "BLOCK_M": bm, "BLOCK_N": bn,
             "PARTS": parts, "KW": kw, "NORM": False, "HAS_BIAS": epilogue == 0,

@@ -148,7 +148,7 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
                 norm = epilogue != 1 and t.rows_prenorm != 2
                 flags = {"NORM": norm, "HAS_BIAS": False, "EPILOGUE": epilogue}
                 flags |= {"WRITE_LOGITS": False, "ARGMAX": False, "IEEE": dtype == "fp32"}
-                whole = m.rows_whole_k_blocks(M, n, k, size, None, t, tiles)
+                whole = m.rows_whole_k_blocks(M, k, size, None, t, tiles)
                 if whole is not None:
                     block_m, block_n, parts, kw, warps = whole
                     consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "PARTS": parts}

@@ -1,9 +1,10 @@
 """Launcher of the CUDA C++ one-pass decode attention for short and mid contexts (bounds up to
 2,048; kernels/cuda/attention_direct.cu).
 
-    if applies(qkv, k_cache, hq, bound, max_bound, min_cluster):
+    split = split_for(qkv, k_cache, hq, bound, max_bound, min_cluster)  # or applies(...)
+    if split is not None:
         launch(qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale,
-               eps, out, bound, pdl, min_cluster)
+               eps, out, pdl, split)
 
 Same contract as kernels/attention.py's fused kernel with one program per (sequence, kv head)
 (the packed qkv in, the new token's K/V appended at its position, out [B, Hq, D] written in
@@ -74,33 +75,43 @@ def plan(batch: int, hkv: int, rows: int, min_cluster: int, sms: int) -> tuple[i
     return -(-rows // (ROWS_PER_WARP * cluster)), cluster
 
 
+@functools.cache
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def split_for(
+    qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
+    min_cluster: int = 4,
+) -> tuple[int, int] | None:  # fmt: skip
+    """`plan`'s (warps, cluster) where the CUDA kernel serves this call (shapes, dtype, bound up
+    to `max_bound`, the work split, GPU, a built library), else None."""
+    device = qkv.device
+    if device.type != "cuda" or qkv.dtype not in DTYPES or not 1 <= bound <= max_bound:
+        return None
+    hkv, D = k_cache.shape[1], k_cache.shape[3]
+    if D != HEAD_DIM or hq != GROUP * hkv or torch.cuda.get_device_capability(device) < (9, 0):
+        return None
+    split = plan(qkv.shape[0], hkv, min(bound, k_cache.shape[2]), min_cluster, _sms(device))
+    return split if library(device) is not None else None
+
+
 def applies(
     qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
     min_cluster: int = 4,
 ) -> bool:  # fmt: skip
-    """Whether the CUDA kernel serves this call (shapes, dtype, bound up to `max_bound`, the
-    work split, GPU, a built library)."""
-    device = qkv.device
-    if device.type != "cuda" or qkv.dtype not in DTYPES or not 1 <= bound <= max_bound:
-        return False
-    rows = min(bound, k_cache.shape[2])
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    if plan(qkv.shape[0], k_cache.shape[1], rows, min_cluster, sms) is None:
-        return False
-    hkv, D = k_cache.shape[1], k_cache.shape[3]
-    if D != HEAD_DIM or hq != GROUP * hkv or torch.cuda.get_device_capability(device) < (9, 0):
-        return False
-    return library(device) is not None
+    """Whether the CUDA kernel serves this call (`split_for` is not None)."""
+    return split_for(qkv, k_cache, hq, bound, max_bound, min_cluster) is not None
 
 
 def launch(
     qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, cos: torch.Tensor,
     sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-    seq_lens: torch.Tensor, scale: float, eps: float, out: torch.Tensor, bound: int, pdl: bool,
-    min_cluster: int = 4,
+    seq_lens: torch.Tensor, scale: float, eps: float, out: torch.Tensor, pdl: bool,
+    split: tuple[int, int],
 ) -> None:  # fmt: skip
-    """One launch over `bound` >= every seq_lens[b] (a host-side bound, as the Triton path's),
-    split as `plan` says (`applies` first)."""
+    """One launch over a host-side bound >= every seq_lens[b] (as the Triton path's), split
+    into (warps, cluster) as `split_for` gave it for that bound."""
     lib = library(qkv.device)
     assert lib is not None, "the CUDA attention library is not available (check applies())"
     B, hkv, S = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
@@ -114,9 +125,6 @@ def launch(
     ptrs = (ctypes.c_void_p * 10)(*(t.data_ptr() for t in tensors))
     floats = (ctypes.c_float * 2)(scale, eps)
     index = qkv.device.index if qkv.device.index is not None else torch.cuda.current_device()
-    sms = torch.cuda.get_device_properties(qkv.device).multi_processor_count
-    split = plan(B, hkv, min(bound, S), min_cluster, sms)
-    assert split is not None, "no CUDA attention for this call (check applies())"
     warps, cluster = split
     ints = (ctypes.c_int * 7)(warps, hkv, S, cos.shape[0], B, index, cluster)
     strides = (ctypes.c_int64 * 9)(

@@ -15,7 +15,7 @@ Where each call goes:
     CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
     head_dim 128, 2 query heads per kv head, q/k norms, bf16/fp16, sm_90+, nvcc present;
     beyond 256 rows a cluster of at least `tuning.cuda_cluster` CTAs per kv head, while the
-    grid is one wave), else ops/layer.py's Triton attention;
+    grid takes at most half the SMs), else ops/layer.py's Triton attention;
   * the head (final norm + lm_head): its logits, or greedy argmax folded into one int64 key
     per row by the lm_head programs (an atomic max on a kept zeroed buffer, `argmax_keys`)
     and a one-program kernel that turns the keys into tokens.
@@ -155,14 +155,13 @@ def decode_attention_qkv(
     bound = min(max_len, k_cache.shape[2])
     if (
         split is None and tuning.cuda_direct and q_norm is not None and k_norm is not None
-        and attention_cuda.applies(
+        and (cuda_split := attention_cuda.split_for(
             qkv, k_cache, hq, bound, tuning.cuda_direct_max, tuning.cuda_cluster
-        )
+        )) is not None
     ):  # fmt: skip
         out = torch.empty((B, hq, D), device=qkv.device, dtype=qkv.dtype)
         attention_cuda.launch(qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache,
-                              seq_lens, scale, eps, out, bound, tuning.pdl,
-                              tuning.cuda_cluster)  # fmt: skip
+                              seq_lens, scale, eps, out, tuning.pdl, cuda_split)  # fmt: skip
         return out.view(B, hq * D)
     return layer.attention(
         qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, seq_lens, scale, eps,

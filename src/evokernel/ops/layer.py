@@ -111,7 +111,7 @@ def shared_limit(device):
     return props.shared_memory_per_block_optin  # type: ignore[attr-defined]  # not in the stubs
 
 
-def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+def rows_whole_k_blocks(M, K, itemsize, device, tuning, tiles=1):
     """(BLOCK_M, BLOCK_N, PARTS, KW, warps) of the whole-K rows kernel (kernels/rows.py), or
     None where `tuning` keeps these rows and this K on the split kernel (more than
     `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
@@ -179,7 +179,7 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    whole = rows_whole_k_blocks(M, n_out, K, weight.element_size(), x.device, tuning, tiles)
+    whole = rows_whole_k_blocks(M, K, weight.element_size(), x.device, tuning, tiles)
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,

@@ -50,8 +50,9 @@ class DecodeTuning(NamedTuple):
     combine_warps: int = 1  # the second kernel that merges the split's chunks
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
-    # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
-    # applies (ops/attention_cuda.py; the engine only: a task candidate cannot build it)
+    # Fused attention bounded by <= cuda_direct_max positions: the CUDA C++ one-pass kernel
+    # where it applies (ops/attention_cuda.py; the engine only: a task candidate cannot build
+    # it)
     cuda_direct: bool = True
     cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)

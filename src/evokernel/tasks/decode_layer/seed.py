@@ -898,8 +898,9 @@ class DecodeTuning(NamedTuple):
     combine_warps: int = 1  # the second kernel that merges the split's chunks
     direct_max: int = 16  # up to this bound one program per kv head (no split)
     ticket_combine: bool = False  # split chunks merged in the attention launch, not a second
-    # Fused attention bounded by <= 256 positions: the CUDA C++ one-pass kernel where it
-    # applies (ops/attention_cuda.py; the engine only: a task candidate cannot build it)
+    # Fused attention bounded by <= cuda_direct_max positions: the CUDA C++ one-pass kernel
+    # where it applies (ops/attention_cuda.py; the engine only: a task candidate cannot build
+    # it)
     cuda_direct: bool = True
     cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
@@ -1000,7 +1001,7 @@ def shared_limit(device):
     return props.shared_memory_per_block_optin  # type: ignore[attr-defined]  # not in the stubs
 
 
-def rows_whole_k_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+def rows_whole_k_blocks(M, K, itemsize, device, tuning, tiles=1):
     """(BLOCK_M, BLOCK_N, PARTS, KW, warps) of the whole-K rows kernel (kernels/rows.py), or
     None where `tuning` keeps these rows and this K on the split kernel (more than
     `rows_whole_k_rows` rows, K padded beyond `rows_whole_k`) or the program's operands would
@@ -1068,7 +1069,7 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    whole = rows_whole_k_blocks(M, n_out, K, weight.element_size(), x.device, tuning, tiles)
+    whole = rows_whole_k_blocks(M, K, weight.element_size(), x.device, tuning, tiles)
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,
