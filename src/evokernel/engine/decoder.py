@@ -28,7 +28,9 @@ the five fused ops (ops/compose.py):
   act  = norm_gate_up_silu(h, post_attn_norm, gate_up_proj)
   linear_residual(act, down_proj, h)                     h += down_proj(act)
 
-and may be a kernel pack's program for the context bucket (evokernel.engine.packs).
+and may be a kernel pack's program for the context bucket (evokernel.engine.packs). At batch 1
+with a bound up to the op set's `DecodeTuning.persistent_max`, every layer runs instead in one
+persistent launch (ops/persistent.py: same contract, where it applies).
 
 then norm_logits(h, final_norm, lm_head) -> [B, V] float32 (`decode`), or greedy_head, which
 writes argmax into `tokens` and advances positions and seq_lens (`decode_greedy`). Nothing syncs
@@ -37,6 +39,8 @@ host-side bound on seq_lens (default: the cache length) that attention sizes its
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -65,6 +69,7 @@ class DecoderModel:
             cfg.head_dim, cfg.rope_theta, self.max_seq_len, weights.device, cfg.rope_scaling
         )  # [P, D/2] float32 each
         self.scale = cfg.head_dim**-0.5
+        self._persistent: dict[tuple[int, Any], tuple[KVCache, Any]] = {}
 
     @property
     def device(self) -> torch.device:
@@ -134,6 +139,9 @@ class DecoderModel:
         assert cache.batch == B, (B, cache.batch)
         ops, w, eps = self.ops, self.weights, self.cfg.rms_norm_eps
         bound = cache.max_seq_len if max_len is None else min(max_len, cache.max_seq_len)
+        persistent = self._persistent_layers(cache, bound)
+        if persistent is not None:
+            return persistent(tokens, positions, seq_lens, bound)  # type: ignore[no-any-return]
         h = ops.embed(w.embed_tokens, tokens)  # [B, H]
         for i, layer in enumerate(w.layers):
             h = ops.decode_layer(
@@ -150,6 +158,22 @@ class DecoderModel:
                 max_len=bound,
             )  # fmt: skip  [B, H]
         return h
+
+    def _persistent_layers(self, cache: KVCache, bound: int) -> Any:
+        """The persistent step for this cache where the op set asks for it at this bound and
+        it applies (built once per cache), else None."""
+        tuning = self.ops.decode_tuning()
+        if tuning is None or bound > tuning.persistent_max or cache.batch != 1:
+            return None
+        key = (id(cache), tuning)
+        if key not in self._persistent:
+            from evokernel.ops.persistent import PersistentLayers
+
+            layers = PersistentLayers.build(
+                self.cfg, self.weights, cache, self.cos, self.sin, tuning
+            )
+            self._persistent[key] = (cache, layers)
+        return self._persistent[key][1]
 
     def _prefill_layers(
         self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache

@@ -4,10 +4,11 @@
 
 The library is compiled by `nvcc` (found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin)
 for the device's own architecture (`-gencode arch=compute_XY,code=sm_XY`, so Hopper's
-instructions are there), and cached under $EVOKERNEL_CACHE (default ~/.cache/evokernel)/cuda,
-named by the source's hash, the architecture and nvcc's version: a changed source or another
-GPU kind builds anew, a second process reuses the file (written to a temporary name, then
-renamed, so a concurrent build never leaves half a library). A failed or impossible build is
+instructions are there; `-lineinfo`, so a profiler can show source lines), and cached under
+$EVOKERNEL_CACHE (default ~/.cache/evokernel)/cuda, named by the source's hash, the
+architecture and nvcc's version: a changed source or another GPU kind builds anew, a second
+process reuses the file (written to a temporary name, then renamed, so a concurrent build
+never leaves half a library). A failed or impossible build is
 remembered for the process; `why_not(name, device)` says why in one line. Loading happens on
 the host, never during CUDA graph capture if the first call is made eagerly (warm-up does).
 """
@@ -67,8 +68,8 @@ def compile_source(name: str, arch: str, out: Path, nvcc: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=out.parent)
     os.close(fd)
     cmd = [
-        nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-shared",
-        "-Xcompiler", "-fPIC", "-o", tmp, str(source),
+        nvcc, "-O3", "-std=c++17", "-lineinfo", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+        "-shared", "-Xcompiler", "-fPIC", "-o", tmp, str(source),
     ]  # fmt: skip
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)

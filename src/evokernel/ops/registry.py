@@ -196,6 +196,15 @@ class OpSet:
                 impls[name] = (bound, label or self.origin.get(name, "triton"))
         return self.replace(**impls) if impls else self
 
+    def decode_tuning(self) -> DecodeTuning | None:
+        """The `DecodeTuning` the fused decode ops run with (as `triton` or `retuned` bind it),
+        or None where they are not ops/decode.py's."""
+        fn = self.norm_linear
+        if isinstance(fn, functools.partial) and "tuning" in fn.keywords:
+            tuning: DecodeTuning = fn.keywords["tuning"]
+            return tuning
+        return None
+
     def with_candidate(self, op_name: str, path: str | Path, entry: str | None = None) -> OpSet:
         """A copy whose `op_name` is the function `entry` (default: the task's entry point,
         else the op name) of the candidate file at `path`."""

@@ -59,6 +59,11 @@ class DecodeTuning(NamedTuple):
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
+    # Batch 1 with bounds up to persistent_max (0 never): every layer in one persistent launch
+    # (ops/persistent.py, the engine only), its attention in chunks of at least
+    # persistent_attn_rows rows a kv head
+    persistent_max: int = 0
+    persistent_attn_rows: int = 112  # 7 warps of 16-row tiles
     # Packed (quantized) projections: (format, op, K, mode, warps, tile_bytes) entries that
     # override ops/quant.py's `CHOICES` table for the weights of that format, op and K (the
     # dequantisation mode, warps with 0 for "by the tile", a program's tile bytes with 0 for
@@ -103,6 +108,8 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert whole_rows >= 1 and t.rows_whole_k_n in (8, 16, 32), "rows_whole_k_rows/n"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
     assert 1 <= t.cuda_cluster <= 8, "cuda_cluster"
+    assert t.persistent_max >= 0, "persistent_max"
+    assert t.persistent_attn_rows >= 16 and t.persistent_attn_rows % 16 == 0, "persistent_attn_rows"
     for entry in t.quant:
         assert len(entry) == 6, "quant entries are (format, op, K, mode, warps, tile_bytes)"
         fmt, op, k, mode, warps, tile = entry

@@ -57,6 +57,8 @@ CUDA_CLUSTER = 4
 MIN_CHUNK = 16  # tune: 16, 32, 64
 ATTN_PROGRAMS_PER_SM = 2  # tune: 1, 2, 4
 MAX_SPLIT = 64  # tune: 16, 64
+PERSISTENT_MAX = 0
+PERSISTENT_ATTN_ROWS = 112
 QUANT = ()
 
 
@@ -907,6 +909,11 @@ class DecodeTuning(NamedTuple):
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
     max_split: int = 64
+    # Batch 1 with bounds up to persistent_max (0 never): every layer in one persistent launch
+    # (ops/persistent.py, the engine only), its attention in chunks of at least
+    # persistent_attn_rows rows a kv head
+    persistent_max: int = 0
+    persistent_attn_rows: int = 112  # 7 warps of 16-row tiles
     # Packed (quantized) projections: (format, op, K, mode, warps, tile_bytes) entries that
     # override ops/quant.py's `CHOICES` table for the weights of that format, op and K (the
     # dequantisation mode, warps with 0 for "by the tile", a program's tile bytes with 0 for
@@ -1251,6 +1258,8 @@ def _tuning():
         min_chunk=MIN_CHUNK,
         attn_programs_per_sm=ATTN_PROGRAMS_PER_SM,
         max_split=MAX_SPLIT,
+        persistent_max=PERSISTENT_MAX,
+        persistent_attn_rows=PERSISTENT_ATTN_ROWS,
         quant=QUANT,
         cuda_direct=False,
     )
