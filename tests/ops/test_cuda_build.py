@@ -69,3 +69,26 @@ def test_the_cache_name_follows_the_source(tmp_path: Path, monkeypatch) -> None:
     second = cuda_build.library_path("k", "90", NVCC)
     assert first != second and first.parent == second.parent == tmp_path / "cache" / "cuda"
     assert "sm90" in first.name
+
+
+@needs_nvcc
+def test_the_cache_name_follows_the_headers(tmp_path: Path, monkeypatch) -> None:
+    """A source may include any header of the directory: changing one builds anew."""
+    assert NVCC is not None
+    monkeypatch.setattr(cuda_build, "SOURCES", tmp_path)
+    (tmp_path / "k.cu").write_text('#include "common.cuh"\n')
+    header = tmp_path / "common.cuh"
+    header.write_text("// one\n")
+    first = cuda_build.library_path("k", "90", NVCC)
+    header.write_text("// two\n")
+    assert cuda_build.library_path("k", "90", NVCC) != first
+
+
+@needs_nvcc
+def test_both_decode_sources_build_and_export_their_launchers(tmp_path: Path) -> None:
+    assert NVCC is not None
+    for name, symbol in (("attention_direct", "evk_attention_direct"),
+                         ("decode_persistent", "evk_decode_persistent")):  # fmt: skip
+        out = tmp_path / f"{name}.so"
+        cuda_build.compile_source(name, "90", out, NVCC)
+        assert hasattr(ctypes.CDLL(str(out)), symbol)

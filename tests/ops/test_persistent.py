@@ -1,21 +1,19 @@
 """The persistent decode step (ops/persistent.py, kernels/cuda/decode_persistent.cu): where it
-applies, its work split, that it is off unless asked for, that its source builds, and on a GPU
-that it gives the per-layer step's residual stream, cache and greedy tokens."""
+applies, its work split, that it is off unless asked for (its source builds in
+tests/ops/test_cuda_build.py), and on a GPU that it gives the per-layer step's residual
+stream, cache and greedy tokens."""
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from evokernel.ops import cuda_build, persistent
+from evokernel.ops import persistent
 from evokernel.ops.registry import OpSet
 from evokernel.ops.tuning import DEFAULT, DecodeTuning, check_tuning
-
-NVCC = cuda_build.nvcc_path()
 
 
 def _cfg(**kw: int) -> SimpleNamespace:
@@ -100,16 +98,6 @@ def test_no_persistent_step_without_a_cuda_device(tmp_path: Path) -> None:
     assert model._persistent_layers(cache, 16) is None  # torch ops carry no tuning
     model.ops = OpSet.triton(False).retuned(persistent_max=1 << 20)
     assert model._persistent_layers(cache, 16) is None
-
-
-@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
-def test_the_source_builds_and_exports_its_launcher(tmp_path: Path) -> None:
-    assert NVCC is not None
-    out = tmp_path / "decode_persistent.so"
-    cuda_build.compile_source("decode_persistent", "90", out, NVCC)
-    lib = ctypes.CDLL(str(out))
-    assert hasattr(lib, "evk_decode_persistent")
-    assert hasattr(lib, "evk_decode_persistent_static_smem")
 
 
 @pytest.mark.gpu

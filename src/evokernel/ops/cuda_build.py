@@ -5,12 +5,13 @@
 The library is compiled by `nvcc` (found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin)
 for the device's own architecture (`-gencode arch=compute_XY,code=sm_XY`, so Hopper's
 instructions are there; `-lineinfo`, so a profiler can show source lines), and cached under
-$EVOKERNEL_CACHE (default ~/.cache/evokernel)/cuda, named by the source's hash, the
-architecture and nvcc's version: a changed source or another GPU kind builds anew, a second
-process reuses the file (written to a temporary name, then renamed, so a concurrent build
-never leaves half a library). A failed or impossible build is
-remembered for the process; `why_not(name, device)` says why in one line. Loading happens on
-the host, never during CUDA graph capture if the first call is made eagerly (warm-up does).
+$EVOKERNEL_CACHE (default ~/.cache/evokernel)/cuda, named by the hash of the source and of the
+directory's headers (kernels/cuda/*.cuh), the architecture and nvcc's version: a changed
+source or header or another GPU kind builds anew, a second process reuses the file (written
+to a temporary name, then renamed, so a concurrent build never leaves half a library). A
+failed or impossible build is remembered for the process; `why_not(name, device)` says why
+in one line. Loading happens on the host, never during CUDA graph capture if the first call
+is made eagerly (warm-up does).
 """
 
 from __future__ import annotations
@@ -82,7 +83,11 @@ def compile_source(name: str, arch: str, out: Path, nvcc: str) -> None:
 
 
 def library_path(name: str, arch: str, nvcc: str) -> Path:
+    """The cache file of `name`'s library: named by its source, every header of the directory
+    (any source may include any), the architecture and nvcc's version."""
     digest = hashlib.sha256((SOURCES / f"{name}.cu").read_bytes())
+    for header in sorted(SOURCES.glob("*.cuh")):
+        digest.update(header.name.encode() + header.read_bytes())
     digest.update(_nvcc_version(nvcc).encode())
     return cache_dir() / f"{name}-sm{arch}-{digest.hexdigest()[:16]}.so"
 
