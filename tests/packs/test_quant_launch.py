@@ -231,3 +231,51 @@ def test_bench_decode_runs_a_quantized_checkpoint_with_its_pack_beside_it(
 def test_nothing_proposed_means_nothing_to_confirm(int8_dir: Path, cpu_pack: Path) -> None:
     pack = read_pack(cpu_pack)  # the table's settings only: no engine is loaded, no GPU needed
     assert tune_quant.confirm_launch(pack, int8_dir, "cuda") is pack
+
+
+class _FakeBench:
+    """A bench on which the "magic" mode wins (the step search's interface, no GPU)."""
+
+    def __init__(self) -> None:
+        self.tried: list[tuple] = []
+
+    def prepare(self, role, tables, setting):
+        self.tried.append(setting)
+        return setting
+
+    def time(self, trial) -> float:
+        return 1.0 if trial[0] == "magic" else 2.0
+
+    def better(self, incumbent, trial) -> bool:
+        return self.time(trial) < self.time(incumbent)
+
+
+def test_the_launch_sweep_stops_at_the_budget(int8_dir: Path, cpu_pack: Path) -> None:
+    """No setting is tried past the deadline; roles not reached keep the table's setting, and
+    a confirmation past it keeps nothing (without loading anything on "cuda")."""
+    import io
+    import time
+
+    weights = load_engine(int8_dir, "cpu", None, "torch", max_seq_len=8).weights
+    found = tune_quant.roles(weights)
+    out = io.StringIO()
+    bench = _FakeBench()
+    searched = tune_quant._search_roles(found, (("step search", bench),), out, None)
+    assert len(bench.tried) > len(found) and any(c.source == "step search" for c in searched)
+    bench = _FakeBench()
+    spent = time.monotonic() - 1
+    kept = tune_quant._search_roles(found, (("step search", bench),), out, spent)
+    assert bench.tried == [] and all(c.source == "table" for c in kept)
+    assert len(kept) == len(found) and "not searched" in out.getvalue()
+    # one role's search cut short: its incumbent (the table's) is the only one prepared
+    bench = _FakeBench()
+    tables = {r.key: tune_quant.table_choice(r) for r in found}
+    best, _, _ = tune_quant._coordinate(bench, found[0], tables, out, spent)
+    assert best == tables[found[0].key] and len(bench.tried) == 1
+    pack = read_pack(cpu_pack)
+    assert pack.quantized is not None
+    pack = dataclasses.replace(
+        pack, quantized=dataclasses.replace(pack.quantized, choices=tuple(searched))
+    )
+    assert tune_quant.confirm_launch(pack, int8_dir, "cuda", out, spent) is pack
+    assert "budget was spent before their confirmation" in out.getvalue()

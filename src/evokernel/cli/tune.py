@@ -44,8 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "program to search (the programs take dense projections): tune measures each packed "
             "projection's launch (dequantisation mode, warps, tile) on its own weights and the "
             "pack keeps, per context bucket, those the whole decode step confirms, timed "
-            "interleaved on this GPU (a fixed sweep, about 1.5 minutes a format on an H100: "
-            "--budget-minutes and --iterations do not apply to it). "
+            "interleaved on this GPU (a fixed sweep, about 1.5 minutes a format on an H100; "
+            "--budget-minutes bounds it: no setting is measured and no confirmation starts "
+            "after the budget is spent, projections not reached keep the table's setting, and "
+            "nothing unconfirmed is kept; --iterations does not apply to it). "
             "Use it with --kernels PACK_DIR on generate, verify and bench decode."
         ),
     )

@@ -1,8 +1,8 @@
 """`tune` on a quantized checkpoint: measure the packed kernels' launch choices on its own
 weights, and keep each only in the context buckets where the whole decode step confirms it.
 
-    launch = search_launch(model_dir, device, stream)         # QuantLaunch (kept: False)
-    pack = confirm_launch(pack, model_dir, device, stream)    # per bucket, end to end
+    launch = search_launch(model_dir, device, stream, deadline)       # QuantLaunch (kept: False)
+    pack = confirm_launch(pack, model_dir, device, stream, deadline)  # per bucket, end to end
 
 Why: ops/quant.py picks each packed projection's dequantisation mode and warps from a table
 measured at two model shapes (`CHOICES`); at other shapes a wrong choice cost up to 1.45x on
@@ -48,6 +48,10 @@ runs settings only where its last measure agrees. Buckets past `SCREEN_MAX` run 
 none (the head op is not chosen per bucket): only if faster alone somewhere and slower
 nowhere. On the CPU nothing is timed: every role records the table's setting and the pack
 runs none.
+
+Budget: `deadline` (time.monotonic(), None: none) bounds the search: no setting is measured
+after it (one in flight finishes), roles not reached record the table's setting alone, and a
+confirmation that would start after it does not, so the pack keeps nothing unconfirmed.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,9 +141,15 @@ def settings(role: Role, mode: str, warps: int, stage: str) -> list[tuple[str, i
     return [(mode, warps, t) for t in tiles]
 
 
-def search_launch(model_dir: Path, device: str, stream: TextIO | None = None) -> QuantLaunch:
+def _spent(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def search_launch(
+    model_dir: Path, device: str, stream: TextIO | None = None, deadline: float | None = None
+) -> QuantLaunch:
     """Every role's table setting and what the two searches propose for it: measured on a
-    GPU; on the CPU the table's alone."""
+    GPU until `deadline`; on the CPU the table's alone."""
     from evokernel.engine.loading import load_engine
 
     out = stream or sys.stdout
@@ -149,15 +160,27 @@ def search_launch(model_dir: Path, device: str, stream: TextIO | None = None) ->
         print(f"quantized launches: {len(listed)} roles, not timed on the CPU", file=out)
         return QuantLaunch(tuple(listed), kept=False, rule=CPU_RULE)
     model = load_engine(model_dir, device, torch.bfloat16, "torch", max_seq_len=STEP_CACHE)
-    stage, step = _StageBench(model), _StepBench(model)
-    found = roles(model.weights)
+    benches = (("stage search", _StageBench(model)), ("step search", _StepBench(model)))
+    choices = _search_roles(roles(model.weights), benches, out, deadline)
+    changed = any(c.source != "table" for c in choices)
+    return QuantLaunch(tuple(choices), kept=False, rule=RULE if changed else SAME_RULE)
+
+
+def _search_roles(
+    found: list[Role], benches: tuple[tuple[str, Any], ...], out: TextIO, deadline: float | None
+) -> list[QuantChoice]:
+    """Each role's table choice, then what each bench proposes for it (until `deadline`)."""
     tables = {r.key: table_choice(r) for r in found}
     choices: list[QuantChoice] = []
+    unsearched = []
     for role in found:
         table = tables[role.key]
         choices.append(QuantChoice(role.name, *role.key, *table, table=table, source="table"))
-        for source, bench in (("stage search", stage), ("step search", step)):
-            best, us, table_us = _coordinate(bench, role, tables, out)
+        if _spent(deadline):
+            unsearched.append(role.name)
+            continue
+        for source, bench in benches:
+            best, us, table_us = _coordinate(bench, role, tables, out, deadline)
             print(f"quantized launch {role.name} ({'/'.join(map(str, role.key))}), {source}: "
                   f"{_text(best)} {us:.2f} us; the table's {_text(table)} {table_us:.2f} us",
                   file=out)  # fmt: skip
@@ -165,8 +188,10 @@ def search_launch(model_dir: Path, device: str, stream: TextIO | None = None) ->
                 choices.append(QuantChoice(role.name, *role.key, *best, us=round(us, 2),
                                            table_us=round(table_us, 2), table=table,
                                            source=source))  # fmt: skip
-    changed = any(c.source != "table" for c in choices)
-    return QuantLaunch(tuple(choices), kept=False, rule=RULE if changed else SAME_RULE)
+    if unsearched:
+        print(f"quantized launches: the budget was spent; not searched, the table's setting: "
+              f"{', '.join(unsearched)}", file=out)  # fmt: skip
+    return choices
 
 
 Setting = tuple[str, int, int]  # (mode, warps, tile bytes)
@@ -174,15 +199,18 @@ Setting = tuple[str, int, int]  # (mode, warps, tile bytes)
 
 def _coordinate(
     bench: _StageBench | _StepBench, role: Role, tables: dict[tuple[str, str, int], Setting],
-    out: TextIO,
+    out: TextIO, deadline: float | None = None,
 ) -> tuple[Setting, float, float]:  # fmt: skip
     """`role`'s best setting by `bench`, coordinate-wise from the table's, every other role
-    at the table's: (setting, its time, the table's time) in the bench's unit."""
+    at the table's: (setting, its time, the table's time) in the bench's unit. No setting is
+    tried after `deadline`."""
     table = best = tables[role.key]
     incumbent = bench.prepare(role, tables, table)
     table_us = best_us = bench.time(incumbent)
     for stage in ("mode", "warps", "tile"):
         for setting in settings(role, best[0], best[1], stage):
+            if _spent(deadline):
+                return best, best_us, table_us
             if setting == best:
                 continue
             try:  # built (and, for the stage bench, timed) here
@@ -332,15 +360,23 @@ class _StepBench:
         return statistics.median(of_trial) / statistics.median(of_base)
 
 
-def confirm_launch(pack: Pack, model_dir: Path, device: str, stream: TextIO | None = None) -> Pack:
+def confirm_launch(
+    pack: Pack, model_dir: Path, device: str, stream: TextIO | None = None,
+    deadline: float | None = None,
+) -> Pack:  # fmt: skip
     """`pack` with, per engine context bucket, the proposed settings the whole step confirms
-    there (see the module doc); rewritten in place."""
+    there (see the module doc); rewritten in place. Past `deadline` nothing is confirmed: the
+    pack keeps none (unchanged)."""
     from evokernel.engine.graph import context_buckets
 
     q = pack.quantized
     if q is None or all(c.source == "table" for c in q.choices):  # nothing proposed
         return pack
     out = stream or sys.stdout
+    if _spent(deadline):
+        print("quantized launches: the budget was spent before their confirmation: the pack "
+              "keeps none (the table's settings run)", file=out)  # fmt: skip
+        return pack
     cfg = ModelConfig.from_dir(model_dir)
     limit = cfg.max_position_embeddings
     bounds = context_buckets(limit)

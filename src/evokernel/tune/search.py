@@ -16,7 +16,9 @@ still to run (each session stops launching new iterations when its share is spen
 flight finish). `iterations` is the run's iteration target (as `evolve --iterations`). Without
 it, a budget alone searches until the budget is spent; with neither, a new run takes the
 configuration's `budget.iterations` and a resumed run goes on to its own target (a run that
-only had a budget: the configuration's, never below what it has done). A resumed run keeps its
+only had a budget: the configuration's, never below what it has done). On a quantized
+checkpoint the budget also bounds the launch sweep (tune/quant.py: no setting measured and no
+confirmation started after it; `iterations` does not apply there). A resumed run keeps its
 stored configuration: `config` must then match it (budget and backend aside) or is refused.
 A PACK_DIR whose pack.json is for another GPU model or model shape is refused, and so is one
 whose pack.json is not a regular file (never replaced), or an unusable pack key
@@ -121,10 +123,11 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
             raise KeyboardInterrupt
         runs.append(run)
     launch = None
+    deadline = None if req.budget_minutes is None else started + req.budget_minutes * 60
     if cfg.quantization is not None:  # the packed kernels' launch choices, measured here
         from evokernel.tune.quant import search_launch
 
-        launch = search_launch(req.model_dir, device, out)
+        launch = search_launch(req.model_dir, device, out, deadline)
     previous = _previous_pack(req.out)
     try:
         pack = write_pack([r.run_dir for r in runs], cfg, req.out, device, quantized=launch)
@@ -133,7 +136,7 @@ def tune(req: TuneRequest, stream: TextIO | None = None) -> TuneOutcome:
             from evokernel.tune.quant import confirm_launch
 
             pack = confirm_pack(pack, req.model_dir, device, out)
-            pack = confirm_launch(pack, req.model_dir, device, out)
+            pack = confirm_launch(pack, req.model_dir, device, out, deadline)
     except BaseException:
         _put_back(req.out, previous)
         raise
