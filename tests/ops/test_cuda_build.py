@@ -86,9 +86,20 @@ def test_the_cache_name_follows_the_headers(tmp_path: Path, monkeypatch) -> None
 
 @needs_nvcc
 def test_both_decode_sources_build_and_export_their_launchers(tmp_path: Path) -> None:
+    """Each library loads with the launcher signature its ops module declares."""
+    from evokernel.ops import persistent
+
     assert NVCC is not None
     for name, symbol in (("attention_direct", "evk_attention_direct"),
                          ("decode_persistent", "evk_decode_persistent")):  # fmt: skip
         out = tmp_path / f"{name}.so"
         cuda_build.compile_source(name, "90", out, NVCC)
-        assert hasattr(ctypes.CDLL(str(out)), symbol)
+        lib = ctypes.CDLL(str(out))
+        if name == "decode_persistent":
+            persistent.declare(lib)
+            assert lib.evk_decode_persistent_static_smem.restype is ctypes.c_int
+        else:
+            cuda_build.declare_launcher(lib, symbol)
+        fn = getattr(lib, symbol)
+        assert len(fn.argtypes) == 7 and fn.argtypes[2] == ctypes.POINTER(ctypes.c_void_p)
+        assert fn.restype is ctypes.c_int and lib.evk_error_string.restype is ctypes.c_char_p

@@ -162,8 +162,10 @@ class DecoderModel:
     def _persistent_layers(self, cache: KVCache, bound: int) -> Any:
         """The persistent step for this cache where the op set asks for it at this bound and
         it applies (built once per cache), else None."""
+        if cache.batch != 1:
+            return None
         tuning = self.ops.decode_tuning()
-        if tuning is None or bound > tuning.persistent_max or cache.batch != 1:
+        if tuning is None or bound > tuning.persistent_max:
             return None
         key = (id(cache), tuning)
         if key not in self._persistent:

@@ -49,15 +49,7 @@ def library(device: torch.device) -> ctypes.CDLL | None:
     """The built library with its launcher's C signature declared, or None (once per device)."""
     lib = cuda_build.cuda_library(NAME, device)
     if lib is not None:
-        fn = lib.evk_attention_direct
-        fn.argtypes = [
-            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int),
-            ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
-        ]  # fmt: skip
-        fn.restype = ctypes.c_int
-        lib.evk_error_string.argtypes = [ctypes.c_int]
-        lib.evk_error_string.restype = ctypes.c_char_p
+        cuda_build.declare_launcher(lib, "evk_attention_direct")
     return lib
 
 

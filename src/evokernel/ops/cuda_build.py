@@ -126,3 +126,18 @@ def why_not(name: str, device: torch.device) -> str | None:
     if device.type != "cuda":
         return "not a CUDA device"
     return _FAILED.get((name, arch_of(device)))
+
+
+def declare_launcher(lib: ctypes.CDLL, name: str) -> None:
+    """Declare the C signature every launcher of kernels/cuda/ shares, `int name(int dtype,
+    int pdl, void** ptrs, const float* f, const int* n, const int64_t* strides, void* stream)`
+    (a cudaError_t back), and `const char* evk_error_string(int)`."""
+    fn = getattr(lib, name)
+    fn.argtypes = [
+        ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
+    ]  # fmt: skip
+    fn.restype = ctypes.c_int
+    lib.evk_error_string.argtypes = [ctypes.c_int]
+    lib.evk_error_string.restype = ctypes.c_char_p

@@ -39,7 +39,6 @@ HEAD_DIM = 128
 GROUP = 2
 SLOT = 16384
 MAX_SLOTS = 16
-MAX_OWN = 64
 WARPS = 7
 MAX_HIDDEN = 8 * 32 * WARPS  # one batch of polled words a consumer thread
 MAX_ROWS = 64  # rows of a stage a CTA
@@ -51,18 +50,15 @@ DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 def library(device: torch.device) -> ctypes.CDLL | None:
     lib = cuda_build.cuda_library(NAME, device)
     if lib is not None:
-        fn = lib.evk_decode_persistent
-        fn.argtypes = [
-            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int),
-            ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
-        ]  # fmt: skip
-        fn.restype = ctypes.c_int
-        lib.evk_decode_persistent_static_smem.argtypes = [ctypes.c_int, ctypes.c_int]
-        lib.evk_decode_persistent_static_smem.restype = ctypes.c_int
-        lib.evk_error_string.argtypes = [ctypes.c_int]
-        lib.evk_error_string.restype = ctypes.c_char_p
+        declare(lib)
     return lib
+
+
+def declare(lib: ctypes.CDLL) -> None:
+    """The C signatures of the library's entry points."""
+    cuda_build.declare_launcher(lib, "evk_decode_persistent")
+    lib.evk_decode_persistent_static_smem.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.evk_decode_persistent_static_smem.restype = ctypes.c_int
 
 
 def _rows(n: int, ctas: int) -> int:
@@ -93,8 +89,8 @@ def shape_why_not(cfg: Any, weights: Any, batch: int, ctas: int) -> str | None:
     nqkv = (hq + 2 * hkv) * D
     if max(_rows(nqkv, ctas), 2 * _rows(inter, ctas), _rows(H, ctas)) > MAX_ROWS:
         return f"more than {MAX_ROWS} rows a CTA in one stage on {ctas} SMs"
-    if H > MAX_HIDDEN or _rows(H, ctas) > MAX_OWN:
-        return f"hidden size {H} (at most {MAX_HIDDEN}, {MAX_OWN} rows a CTA)"
+    if H > MAX_HIDDEN:
+        return f"hidden size {H} (at most {MAX_HIDDEN})"
     return None
 
 
@@ -194,12 +190,8 @@ class PersistentLayers:
         return cls(cfg, weights, cache, cos, sin, tuning)
 
     def error(self) -> bool:
-        """Whether a launch since the last `clear_error` raised the kernel's error flag (syncs)."""
+        """Whether a launch so far raised the kernel's error flag (syncs; it stays up)."""
         return bool(self.err.item())
-
-    def clear_error(self) -> None:
-        self.err.zero_()
-        self.tickets.zero_()
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, bound: int

@@ -180,6 +180,8 @@ def _search_roles(
             unsearched.append(role.name)
             continue
         for source, bench in benches:
+            if _spent(deadline):  # not even the incumbent is measured
+                break
             best, us, table_us = _coordinate(bench, role, tables, out, deadline)
             print(f"quantized launch {role.name} ({'/'.join(map(str, role.key))}), {source}: "
                   f"{_text(best)} {us:.2f} us; the table's {_text(table)} {table_us:.2f} us",
