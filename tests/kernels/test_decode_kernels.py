@@ -28,20 +28,38 @@ GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 4
 # programs per column tile (merged by the last to finish); and the rows kernel's fused design
 # (the norm in every program, x the MMA's row operand), also split; and the whole-K design (each
 # program the whole K, cut into parts of the batched dot), with its own norm and with the
-# norm launched apart, in parts narrower than K's padding and row tiles looped over.
+# norm launched apart, in parts narrower than K's padding and row tiles looped over; and the
+# streaming design (K in pipelined chunks), with its own norm and K split into ragged ranges
+# over up to three programs per column tile, and with the norm launched apart.
 GEMV_PATHS = {
     "default": decode.DEFAULT,
     "one-row": decode.DecodeTuning(rows_min=1 << 30),
     "rows": decode.DecodeTuning(rows_min=2),
-    "rows-split": decode.DecodeTuning(rows_min=2, rows_block_k=64, rows_tile_bytes=16),
+    "rows-split": decode.DecodeTuning(
+        rows_min=2, rows_block_k=64, rows_tile_bytes=16, rows_whole_k=0, rows_stream=False
+    ),
     "rows-fused-split": decode.DecodeTuning(
         rows_min=2,
+        rows_whole_k=0,
+        rows_stream=False,
         rows_block_n=16,
         rows_block_k=64,
         rows_tile_bytes=16,
         rows_swap=False,
         rows_prenorm=0,
         rows_warps=4,
+    ),
+    "rows-stream": decode.DecodeTuning(
+        rows_min=2,
+        rows_whole_k=0,
+        rows_prenorm=0,
+        stream_block_n=16,
+        stream_block_k=32,
+        stream_stages=2,
+        stream_programs=1 << 10,
+    ),
+    "rows-stream-prenorm": decode.DecodeTuning(
+        rows_min=2, rows_whole_k=0, stream_block_n=32, stream_block_k=64
     ),
     "whole-k": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_prenorm=0),
     "whole-k-parts": decode.DecodeTuning(
@@ -409,6 +427,29 @@ def test_whole_k_rows_apply_up_to_their_rows_k_and_shared_memory(monkeypatch) ->
     monkeypatch.setattr(layer, "shared_limit", lambda device: 48 * 1024)
     assert layer.rows_whole_k_blocks(8, 1024, 2, cpu, t) is not None  # 32 + 16 KB
     assert layer.rows_whole_k_blocks(8, 2048, 2, cpu, t) is None  # 64 + 32 KB
+
+
+def test_stream_rows_split_k_to_fill_the_sms_in_whole_chunks(monkeypatch) -> None:
+    monkeypatch.setattr(layer, "sm_count", lambda device: 132)
+    monkeypatch.setattr(layer, "shared_limit", lambda device: 232448)
+    t, cpu = decode.DEFAULT, torch.device("cpu")
+    blocks = layer.rows_stream_blocks
+    # Qwen3-0.6B at 32 rows: (BLOCK_M, BLOCK_N, BLOCK_K, K_PER, SPLIT, STAGES, PREFETCH, warps)
+    assert blocks(32, 4096, 1024, 2, cpu, t) == (32, 64, 128, 512, 2, 4, 2, 4)  # qkv
+    assert blocks(32, 1024, 2048, 2, cpu, t)[3:5] == (256, 8)  # o_proj
+    assert blocks(32, 1024, 3072, 2, cpu, t)[3:7] == (384, 8, 4, 2)  # down
+    # three chunks a program, four asked of L2 (a power of two; the kernel masks past K_PER)
+    assert blocks(32, 1024, 3072, 2, cpu, t._replace(stream_prefetch=3))[6] == 4
+    assert blocks(32, 3072, 1024, 2, cpu, t, tiles=2)[4] == 2  # gate_up
+    assert blocks(32, 151936, 1024, 2, cpu, t)[4] == 1  # the head
+    assert blocks(3, 64, 40, 2, cpu, t)[:5] == (16, 64, 64, 64, 1)
+    # a ragged split: every program at least one chunk, the last one short
+    assert blocks(8, 16, 130, 2, cpu, t._replace(stream_block_k=32))[:5] == (16, 64, 32, 64, 3)
+    # stages cut to what shared memory holds: 64 KB a stage for gate_up with chunks of 512
+    wide = t._replace(stream_block_n=16, stream_block_k=512, stream_stages=6)
+    assert blocks(32, 3072, 1024, 2, cpu, wide, tiles=2)[5] == 3
+    assert blocks(65, 4096, 1024, 2, cpu, t) is None  # past rows_block_m
+    assert blocks(8, 4096, 1024, 2, cpu, t._replace(rows_stream=False)) is None
 
 
 def test_cuda_attention_plan_clusters_only_on_half_the_sms() -> None:

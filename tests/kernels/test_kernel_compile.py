@@ -28,7 +28,8 @@ SCRIPT = textwrap.dedent(
         norm_gate_up_kernel, norm_gemv_kernel, norm_head_kernel)
     from evokernel.kernels.norm import add_rms_norm_kernel, rms_norm_kernel
     from evokernel.kernels.rope import qk_norm_rope_append_kernel
-    from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel, rows_whole_k_kernel
+    from evokernel.kernels.rows import (rows_gemv_kernel, rows_norm_kernel, rows_stream_kernel,
+        rows_whole_k_kernel)
     from evokernel.ops import layer
     from evokernel.ops.tuning import DEFAULT
 
@@ -147,6 +148,24 @@ SCRIPT = textwrap.dedent(
             "EPILOGUE": epilogue, "WRITE_LOGITS": False, "ARGMAX": epilogue == 3,
             "IEEE": False, "PDL": True}, warps, ptrs)
         no_spills(out, f"rows_whole_k epilogue={epilogue} K={k} parts={parts}")
+    # The streaming rows kernel as ops/layer.py picks it at 8 and 32 rows on 132 SMs (every
+    # projection, the norm launched apart or in the program), within an SM's shared memory.
+    layer.sm_count = lambda device: 132
+    for epilogue, n, k, rows, norm in ((0, 4096, 1024, 32, True), (1, 1024, 2048, 32, False),
+                                       (2, 3072, 1024, 32, False), (1, 1024, 3072, 8, False),
+                                       (1, 1024, 3072, 32, False),
+                                       (3, 151936, 1024, 32, False), (2, 3072, 1024, 64, True)):
+        tiles = 2 if epilogue == 2 else 1
+        bm, bn, bk, k_per, split, stages, prefetch, warps = layer.rows_stream_blocks(
+            rows, n, k, 2, None, DEFAULT, tiles)
+        args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
+        out = compile_one(rows_stream_kernel, args, {"K": k, "BLOCK_M": bm, "BLOCK_N": bn,
+            "BLOCK_K": bk, "K_PER": k_per, "SPLIT": split, "STAGES": stages,
+            "PREFETCH": prefetch, "NORM": norm, "HAS_BIAS": epilogue == 0,
+            "EPILOGUE": epilogue, "WRITE_LOGITS": False, "ARGMAX": epilogue == 3,
+            "IEEE": False, "PDL": True}, warps, ptrs)
+        no_spills(out, f"rows_stream epilogue={epilogue} K={k} rows={rows} split={split}")
+        assert out.metadata.shared <= 232448, (epilogue, rows, out.metadata.shared)
     out = compile_one(rows_norm_kernel, {"x_ptr": p, "w_ptr": p, "out_ptr": p,
         "stride_x": "i32", "stride_out": "i32", "eps": "fp32"},
         {"K": 1024, "BLOCK_K": 1024, "PDL": True}, 4)

@@ -107,6 +107,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "whole-k-n32": {"rows_whole_k_n": 32},
     "whole-k-4k": {"rows_whole_k": 4096},
     "whole-k-4k-n8": {"rows_whole_k": 4096, "rows_whole_k_n": 8},
+    # The streaming rows kernel (kernels/rows.py `rows_stream_kernel`: where the whole-K
+    # kernel does not apply, up to 64 rows): off (the split kernel), everywhere (whole K
+    # off), only past K 1,024, the norm in each program, less or no L2 prefetch before the
+    # PDL wait, other columns a program, K chunks, stages, warps and program targets.
+    "no-stream": {"rows_stream": False},
+    "stream-all": {"rows_whole_k": 0},
+    "stream-k1024": {"rows_whole_k": 1024},
+    "stream-pre0": {"rows_prenorm": 0},
+    "stream-pf0": {"stream_prefetch": 0},
+    "stream-pf8": {"stream_prefetch": 8},
+    "stream-n32": {"stream_block_n": 32},
+    "stream-n128": {"stream_block_n": 128},
+    "stream-k64": {"stream_block_k": 64},
+    "stream-k256": {"stream_block_k": 256},
+    "stream-n16k256": {"stream_block_n": 16, "stream_block_k": 256},
+    "stream-n16k512": {"stream_block_n": 16, "stream_block_k": 512, "stream_programs": 64},
+    "stream-n32k256": {"stream_block_n": 32, "stream_block_k": 256},
+    "stream-s3": {"stream_stages": 3},
+    "stream-s6": {"stream_stages": 6},
+    "stream-w8": {"stream_warps": 8},
+    "stream-p264": {"stream_programs": 264},
     # The CUDA one-pass attention beyond 256 positions (a cluster of at least 4 CTAs per kv
     # head; here 2 or 8) or only up to 256 (the engine until 2026-11-27), or up to 1,024.
     "cuda-256": {"cuda_direct_max": 256},

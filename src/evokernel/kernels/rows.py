@@ -40,6 +40,17 @@ products are summed in registers and shared memory (a block reduction, not parti
 global memory and a ticket). With whole rows of x in the program, NORM costs no second pass:
 the squares are summed from the tile that feeds the dot.
 
+`rows_stream_kernel` streams the weights instead of holding a slab: program (n, s) walks its
+K range [s*K_PER, +K_PER) in chunks of BLOCK_K, software-pipelined over STAGES chunks (the
+weight chunk and the rows' x chunk land in shared memory while earlier chunks multiply), and
+accumulates [BLOCK_N, BLOCK_M] on tensor cores (the weights the MMA's row operand). A program
+holds little, so a slab's register budget no longer sets how much of W one program reads:
+wider column tiles, fewer programs, and at 16-64 rows each weight chunk's product is one
+MMA chain over the whole row tile. SPLIT > 1 merges as the split kernel does (tickets).
+PREFETCH asks L2 for the program's first chunks before the PDL wait, so they arrive while
+the previous kernel runs, as the slab kernels' weights do (two by default: asking for all
+of them measured slower). With NORM each program sums the squares of its rows first.
+
 Results equal the one-row kernels' up to float32 summation order (the dot's).
 """
 
@@ -245,8 +256,9 @@ def rows_gemv_kernel(
 
     # Not software-pipelined: prefetching the next row tile's x would hold stages of it in
     # shared memory and cut the programs an SM can hold (at M <= 16 there is no next tile).
+    rows_m0 = tl.arange(0, BLOCK_M)
     for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
-        rows_m = m0 + tl.arange(0, BLOCK_M)
+        rows_m = m0 + rows_m0
         xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
         rstd = tl.zeros([BLOCK_M], tl.float32)
         if NORM:
@@ -276,24 +288,39 @@ def rows_gemv_kernel(
                 tl.store(dst + M * N, acc_u, mask=live)
 
     if SPLIT > 1:
-        tl.debug_barrier()  # every thread's partials stored before the ticket is taken
-        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT - 1:  # the last slice to finish sums them all, in slice order
-            tl.store(ticket_ptr + pid_n, 0)
-            for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
-                rows_m = m0 + tl.arange(0, BLOCK_M)
-                live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-                acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                for t in range(SPLIT):
-                    src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
-                    acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
-                    if EPILOGUE == 2:
-                        acc_u += tl.load(src + M * N, mask=live, other=0.0,
-                                         cache_modifier=".cg")  # fmt: skip
-                _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr,
-                          key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
-                          WRITE_LOGITS, ARGMAX)  # fmt: skip
+        _split_merge(part_ptr, ticket_ptr, pid_n, rows_m0, cols_n, col0, M, N, bias, out_ptr,
+                     res_ptr, key_ptr, stride_out, stride_res, dtype, BLOCK_M, BLOCK_N, SPLIT,
+                     TILES, HAS_BIAS, EPILOGUE, WRITE_LOGITS, ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def _split_merge(
+    part_ptr, ticket_ptr, pid_n, rows_m0, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+    stride_out, stride_res, dtype: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr, TILES: tl.constexpr, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
+):  # fmt: skip
+    """A split program's end, its partials stored: it takes a ticket (an atomic add on
+    ticket[pid_n], acquire-release at GPU scope, after a block barrier); the one that draws the
+    last resets the counter to 0, sums the SPLIT partials in slice order (the same order
+    whichever finishes last) and applies the epilogue."""
+    tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+    ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+    if ticket == SPLIT - 1:
+        tl.store(ticket_ptr + pid_n, 0)
+        for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+            rows_m = m0 + rows_m0
+            live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for t in tl.static_range(SPLIT):  # unrolled: every partial's load in flight
+                src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
+                acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                if EPILOGUE == 2:
+                    acc_u += tl.load(src + M * N, mask=live, other=0.0, cache_modifier=".cg")
+            _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                      stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                      ARGMAX)  # fmt: skip
 
 
 @triton.jit
@@ -389,3 +416,113 @@ def rows_whole_k_kernel(
         _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                   stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                   ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def _prefetch_l2(w_ptr, cols_n, N, stride_w, k0, k_end, KP: tl.constexpr, K: tl.constexpr):
+    """Ask L2 for W[cols_n, k0 : min(k0 + KP, k_end)], one request per 128-byte line (no
+    registers written): issued before the PDL wait, the first chunks of a program's weights
+    arrive while the previous kernel still runs."""
+    LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements a line
+    ks = k0 + tl.arange(0, KP // LINE) * LINE
+    ptrs = w_ptr + cols_n[:, None].to(tl.int64) * stride_w + ks[None, :]
+    live = (cols_n[:, None] < N) & (ks[None, :] < K) & (ks[None, :] < k_end)
+    ptrs = tl.where(live, ptrs, w_ptr)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
+def _mma_acc(a, b, acc, IEEE: tl.constexpr):
+    """acc + a @ b in float32; IEEE for float32 inputs (no TF32)."""
+    if IEEE:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def rows_stream_kernel(
+    x_ptr,  # [M, K]
+    norm_ptr,  # [K] (NORM)
+    w_ptr,  # [N, K]; EPILOGUE 2: [2N, K], gate rows then up rows
+    bias_ptr,  # [N] (HAS_BIAS)
+    out_ptr,  # as rows_gemv_kernel's
+    res_ptr,
+    key_ptr,
+    part_ptr,  # [SPLIT, TILES, M, N] float32 partials (SPLIT > 1)
+    ticket_ptr,  # [cdiv(N, BLOCK_N)] int32 counters, 0 at launch and after it (SPLIT > 1)
+    M,
+    N,
+    stride_x,
+    stride_w,
+    stride_out,
+    stride_res,
+    eps,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # the K chunk of one pipeline stage
+    K_PER: tl.constexpr,  # K a program covers (a multiple of BLOCK_K; SPLIT * K_PER >= K)
+    SPLIT: tl.constexpr,
+    STAGES: tl.constexpr,  # chunks in flight (software pipelining through shared memory)
+    PREFETCH: tl.constexpr,  # chunks asked of L2 before the PDL wait (a power of two, or 0)
+    NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    col0 = pid_n * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
+    k_lo = s * K_PER
+    TILES: tl.constexpr = 2 if EPILOGUE == 2 else 1
+    up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
+    dtype = x_ptr.dtype.element_ty
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
+    if PREFETCH > 0:
+        _prefetch_l2(w_ptr, cols_n, N, stride_w, k_lo, k_lo + K_PER, PREFETCH * BLOCK_K, K)
+        if EPILOGUE == 2:
+            _prefetch_l2(up_ptr, cols_n, N, stride_w, k_lo, k_lo + K_PER, PREFETCH * BLOCK_K, K)
+    pdl_enter(PDL)
+
+    rows_m = tl.arange(0, BLOCK_M)  # every row: the launcher's BLOCK_M >= M
+    rstd = tl.zeros([BLOCK_M], tl.float32)
+    if NORM:  # the rows' whole K first (x is small and L2-hot), its chunks pipelined
+        ss = tl.zeros([BLOCK_M], tl.float32)
+        for c in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, BLOCK_K), K)
+            xs = xs.to(tl.float32)
+            ss += tl.sum(xs * xs, axis=1)
+        rstd = tl.rsqrt(ss / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    acc_u = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    for k in tl.range(k_lo, k_lo + K_PER, BLOCK_K, num_stages=STAGES):
+        ks = k + tl.arange(0, BLOCK_K)
+        xt = tl.trans(_normed(_x_tile(x_ptr, rows_m, M, stride_x, ks, K), norm_ptr, rstd,
+                              ks, K, NORM))  # fmt: skip
+        acc = _mma_acc(_chunk(w_ptr, cols_n, N, stride_w, ks, K), xt, acc, IEEE)
+        if EPILOGUE == 2:
+            acc_u = _mma_acc(_chunk(up_ptr, cols_n, N, stride_w, ks, K), xt, acc_u, IEEE)
+    if SPLIT == 1:
+        _epilogue(tl.trans(acc), tl.trans(acc_u), rows_m, cols_n, col0, M, N, bias, out_ptr,
+                  res_ptr, key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
+                  WRITE_LOGITS, ARGMAX)  # fmt: skip
+    else:
+        live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+        dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
+        tl.store(dst, tl.trans(acc), mask=live)
+        if EPILOGUE == 2:
+            tl.store(dst + M * N, tl.trans(acc_u), mask=live)
+
+    if SPLIT > 1:
+        _split_merge(part_ptr, ticket_ptr, pid_n, rows_m, cols_n, col0, M, N, bias, out_ptr,
+                     res_ptr, key_ptr, stride_out, stride_res, dtype, BLOCK_M, BLOCK_N, SPLIT,
+                     TILES, HAS_BIAS, EPILOGUE, WRITE_LOGITS, ARGMAX)  # fmt: skip

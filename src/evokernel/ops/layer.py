@@ -26,8 +26,10 @@ program's weight tile in registers, loaded before the PDL wait); from rows_min r
 tensor-core rows kernels (kernels/rows.py), which read each weight once for the whole batch:
 up to `rows_whole_k_rows` rows and K (padded) up to `rows_whole_k`, where the device's shared
 memory holds a program's operands, the whole-K kernel (each program the whole K, split over
-its warps: `rows_whole_k_blocks`); otherwise the kernel that splits K over programs and merges
-their partials (`rows_blocks`).
+its warps: `rows_whole_k_blocks`); otherwise, up to `rows_block_m` rows, the streaming kernel
+(weights through a pipeline of K chunks: `rows_stream_blocks`), and past that, or with
+`rows_stream` off, the kernel that splits K over programs and merges their partials
+(`rows_blocks`).
 """
 
 import functools
@@ -37,7 +39,12 @@ import triton
 
 from evokernel.kernels.attention import attention_combine_kernel, attention_kernel
 from evokernel.kernels.gemv import gemv_add_kernel, norm_gate_up_kernel, norm_gemv_kernel
-from evokernel.kernels.rows import rows_gemv_kernel, rows_norm_kernel, rows_whole_k_kernel
+from evokernel.kernels.rows import (
+    rows_gemv_kernel,
+    rows_norm_kernel,
+    rows_stream_kernel,
+    rows_whole_k_kernel,
+)
 
 
 def next_pow2(n):
@@ -139,6 +146,34 @@ def rows_whole_k_blocks(M, K, itemsize, device, tuning, tiles=1):
     return block_m, block_n, parts, k_pow2 // parts, warps
 
 
+def rows_stream_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, K_PER, SPLIT, STAGES, PREFETCH, warps) of the streaming
+    rows kernel (kernels/rows.py), or None where `tuning` keeps these rows on the split
+    kernel (streaming off, or more than `rows_block_m` rows). BLOCK_N `stream_block_n`
+    (gate_up: that many gate and up rows); K split in two while the programs stay within
+    `stream_programs` (the SMs) and each keeps at least one chunk; K_PER a whole number of
+    chunks; `stream_stages` stages, or as many as the device's shared memory holds (a stage:
+    the weight and x chunks); PREFETCH `stream_prefetch` chunks asked of L2 (at most K_PER's,
+    rounded up to a power of two)."""
+    if not tuning.rows_stream or tuning.rows_block_m < M:
+        return None
+    block_m = max(16, next_pow2(M))
+    block_k = max(16, min(tuning.stream_block_k, next_pow2(K)))
+    block_n = tuning.stream_block_n
+    tiles_n = triton.cdiv(N, block_n)
+    target = tuning.stream_programs or sm_count(device)
+    split = 1
+    while tiles_n * split * 2 <= target and triton.cdiv(K, split * 2) >= block_k:
+        split *= 2
+    k_per = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
+    split = triton.cdiv(K, k_per)
+    stage = (tiles * block_n + block_m) * block_k * itemsize
+    stages = max(1, min(tuning.stream_stages, (shared_limit(device) - 8192) // stage))
+    chunks = min(tuning.stream_prefetch, k_per // block_k)
+    prefetch = next_pow2(chunks) if chunks else 0  # the kernel masks past K_PER
+    return block_m, block_n, block_k, k_per, split, stages, prefetch, tuning.stream_warps
+
+
 def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks, *,
                   norm, epilogue, write_logits, pdl):  # fmt: skip
     M, K = x.shape
@@ -154,6 +189,31 @@ def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
         ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
         num_warps=warps, launch_pdl=pdl,
+    )  # fmt: skip
+
+
+def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks,
+                 tuning, *, norm, epilogue, write_logits):  # fmt: skip
+    M, K = x.shape
+    block_m, block_n, block_k, k_per, split, stages, prefetch, warps = blocks
+    tiles = 2 if epilogue == 2 else 1
+    dummy = x  # pointer arguments a switch leaves unused
+    n_tiles = triton.cdiv(n_out, block_n)
+    part, tickets = dummy, dummy
+    if split > 1:
+        part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
+        tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
+    prefetch = prefetch if x.is_cuda else 0  # inline PTX: not in the interpreter
+    rows_stream_kernel[(n_tiles, split)](
+        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
+        out if out is not None else dummy, residual if residual is not None else dummy,
+        keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
+        weight.stride(0), out.stride(0) if out is not None else 0,
+        residual.stride(0) if residual is not None else 0, eps,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per, SPLIT=split,
+        STAGES=stages, PREFETCH=prefetch, NORM=norm, HAS_BIAS=bias is not None,
+        EPILOGUE=epilogue, WRITE_LOGITS=write_logits, ARGMAX=keys is not None,
+        IEEE=x.dtype == torch.float32, PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 
@@ -179,11 +239,17 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    whole = rows_whole_k_blocks(M, K, weight.element_size(), x.device, tuning, tiles)
+    size = weight.element_size()
+    whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
+    stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,
                       pdl=tuning.pdl)  # fmt: skip
+        return
+    if stream is not None:
+        _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, stream,
+                     tuning, norm=norm, epilogue=epilogue, write_logits=write_logits)  # fmt: skip
         return
     block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles

@@ -41,6 +41,15 @@ class DecodeTuning(NamedTuple):
     rows_whole_k_rows: int = 8
     rows_whole_k_n: int = 16  # its output columns a program (8, 16 or 32)
     rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
+    # Where the whole-K kernel does not apply, up to rows_block_m rows: the streaming rows
+    # kernel (weights through a pipeline of K chunks) instead of the split kernel
+    rows_stream: bool = True
+    stream_block_n: int = 64  # its output columns a program (gate_up: of gate and of up)
+    stream_block_k: int = 128  # K a pipeline stage
+    stream_stages: int = 4  # stages in flight (fewer where shared memory cannot hold them)
+    stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
+    stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
+    stream_warps: int = 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -103,6 +112,9 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.rows_block_n in (0, 16, 32, 64, 128) and t.rows_block_k >= 64, "rows blocks"
     assert t.rows_prenorm in (0, 1, 2) and t.rows_block_m in (16, 32, 64), "rows_prenorm/m"
     assert t.rows_part_k >= 16, "rows_part_k"
+    assert t.stream_block_n in (16, 32, 64, 128) and t.stream_warps in (1, 2, 4, 8), "stream"
+    assert t.stream_block_k in (32, 64, 128, 256, 512) and t.stream_stages >= 1, "stream"
+    assert t.stream_prefetch >= 0 and t.stream_programs >= 0, "stream"
     whole, whole_rows = t.rows_whole_k, t.rows_whole_k_rows
     assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
     assert whole_rows >= 1 and t.rows_whole_k_n in (8, 16, 32), "rows_whole_k_rows/n"

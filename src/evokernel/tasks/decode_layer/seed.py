@@ -43,6 +43,13 @@ ROWS_WHOLE_K = 2048  # tune: 0, 1024, 2048
 ROWS_WHOLE_K_ROWS = 8  # tune: 4, 8
 ROWS_WHOLE_K_N = 16
 ROWS_PART_K = 128  # tune: 128, 256
+ROWS_STREAM = True  # tune: False, True
+STREAM_BLOCK_N = 64  # tune: 16, 32, 64
+STREAM_BLOCK_K = 128  # tune: 128, 256, 512
+STREAM_STAGES = 4  # tune: 3, 4, 6
+STREAM_PREFETCH = 2  # tune: 0, 2, 8
+STREAM_PROGRAMS = 0  # tune: 0, 264
+STREAM_WARPS = 4  # tune: 4, 8
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -413,8 +420,9 @@ def rows_gemv_kernel(
 
     # Not software-pipelined: prefetching the next row tile's x would hold stages of it in
     # shared memory and cut the programs an SM can hold (at M <= 16 there is no next tile).
+    rows_m0 = tl.arange(0, BLOCK_M)
     for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
-        rows_m = m0 + tl.arange(0, BLOCK_M)
+        rows_m = m0 + rows_m0
         xa, xb, xc, xd = _x4(x_ptr, rows_m, M, stride_x, k0, KS, K)
         rstd = tl.zeros([BLOCK_M], tl.float32)
         if NORM:
@@ -444,24 +452,39 @@ def rows_gemv_kernel(
                 tl.store(dst + M * N, acc_u, mask=live)
 
     if SPLIT > 1:
-        tl.debug_barrier()  # every thread's partials stored before the ticket is taken
-        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT - 1:  # the last slice to finish sums them all, in slice order
-            tl.store(ticket_ptr + pid_n, 0)
-            for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
-                rows_m = m0 + tl.arange(0, BLOCK_M)
-                live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-                acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                for t in range(SPLIT):
-                    src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
-                    acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
-                    if EPILOGUE == 2:
-                        acc_u += tl.load(src + M * N, mask=live, other=0.0,
-                                         cache_modifier=".cg")  # fmt: skip
-                _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr,
-                          key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
-                          WRITE_LOGITS, ARGMAX)  # fmt: skip
+        _split_merge(part_ptr, ticket_ptr, pid_n, rows_m0, cols_n, col0, M, N, bias, out_ptr,
+                     res_ptr, key_ptr, stride_out, stride_res, dtype, BLOCK_M, BLOCK_N, SPLIT,
+                     TILES, HAS_BIAS, EPILOGUE, WRITE_LOGITS, ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def _split_merge(
+    part_ptr, ticket_ptr, pid_n, rows_m0, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+    stride_out, stride_res, dtype: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr, TILES: tl.constexpr, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, ARGMAX: tl.constexpr,
+):  # fmt: skip
+    """A split program's end, its partials stored: it takes a ticket (an atomic add on
+    ticket[pid_n], acquire-release at GPU scope, after a block barrier); the one that draws the
+    last resets the counter to 0, sums the SPLIT partials in slice order (the same order
+    whichever finishes last) and applies the epilogue."""
+    tl.debug_barrier()  # every thread's partials stored before the ticket is taken
+    ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+    if ticket == SPLIT - 1:
+        tl.store(ticket_ptr + pid_n, 0)
+        for m0 in tl.range(0, M, BLOCK_M, num_stages=1):
+            rows_m = m0 + rows_m0
+            live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for t in tl.static_range(SPLIT):  # unrolled: every partial's load in flight
+                src = _partial_ptrs(part_ptr, t, rows_m, cols_n, M, N, TILES)
+                acc += tl.load(src, mask=live, other=0.0, cache_modifier=".cg")
+                if EPILOGUE == 2:
+                    acc_u += tl.load(src + M * N, mask=live, other=0.0, cache_modifier=".cg")
+            _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                      stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                      ARGMAX)  # fmt: skip
 
 
 @triton.jit
@@ -557,6 +580,116 @@ def rows_whole_k_kernel(
         _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
                   stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
                   ARGMAX)  # fmt: skip
+
+
+@triton.jit
+def _prefetch_l2(w_ptr, cols_n, N, stride_w, k0, k_end, KP: tl.constexpr, K: tl.constexpr):
+    """Ask L2 for W[cols_n, k0 : min(k0 + KP, k_end)], one request per 128-byte line (no
+    registers written): issued before the PDL wait, the first chunks of a program's weights
+    arrive while the previous kernel still runs."""
+    LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements a line
+    ks = k0 + tl.arange(0, KP // LINE) * LINE
+    ptrs = w_ptr + cols_n[:, None].to(tl.int64) * stride_w + ks[None, :]
+    live = (cols_n[:, None] < N) & (ks[None, :] < K) & (ks[None, :] < k_end)
+    ptrs = tl.where(live, ptrs, w_ptr)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
+def _mma_acc(a, b, acc, IEEE: tl.constexpr):
+    """acc + a @ b in float32; IEEE for float32 inputs (no TF32)."""
+    if IEEE:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def rows_stream_kernel(
+    x_ptr,  # [M, K]
+    norm_ptr,  # [K] (NORM)
+    w_ptr,  # [N, K]; EPILOGUE 2: [2N, K], gate rows then up rows
+    bias_ptr,  # [N] (HAS_BIAS)
+    out_ptr,  # as rows_gemv_kernel's
+    res_ptr,
+    key_ptr,
+    part_ptr,  # [SPLIT, TILES, M, N] float32 partials (SPLIT > 1)
+    ticket_ptr,  # [cdiv(N, BLOCK_N)] int32 counters, 0 at launch and after it (SPLIT > 1)
+    M,
+    N,
+    stride_x,
+    stride_w,
+    stride_out,
+    stride_res,
+    eps,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # the K chunk of one pipeline stage
+    K_PER: tl.constexpr,  # K a program covers (a multiple of BLOCK_K; SPLIT * K_PER >= K)
+    SPLIT: tl.constexpr,
+    STAGES: tl.constexpr,  # chunks in flight (software pipelining through shared memory)
+    PREFETCH: tl.constexpr,  # chunks asked of L2 before the PDL wait (a power of two, or 0)
+    NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    IEEE: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    col0 = pid_n * BLOCK_N
+    cols_n = col0 + tl.arange(0, BLOCK_N)
+    k_lo = s * K_PER
+    TILES: tl.constexpr = 2 if EPILOGUE == 2 else 1
+    up_ptr = w_ptr + N * stride_w  # EPILOGUE 2: the up rows (2N * K < 2**31 elements)
+    dtype = x_ptr.dtype.element_ty
+    bias = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols_n, mask=cols_n < N, other=0.0).to(tl.float32)
+    if PREFETCH > 0:
+        _prefetch_l2(w_ptr, cols_n, N, stride_w, k_lo, k_lo + K_PER, PREFETCH * BLOCK_K, K)
+        if EPILOGUE == 2:
+            _prefetch_l2(up_ptr, cols_n, N, stride_w, k_lo, k_lo + K_PER, PREFETCH * BLOCK_K, K)
+    pdl_enter(PDL)
+
+    rows_m = tl.arange(0, BLOCK_M)  # every row: the launcher's BLOCK_M >= M
+    rstd = tl.zeros([BLOCK_M], tl.float32)
+    if NORM:  # the rows' whole K first (x is small and L2-hot), its chunks pipelined
+        ss = tl.zeros([BLOCK_M], tl.float32)
+        for c in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, BLOCK_K), K)
+            xs = xs.to(tl.float32)
+            ss += tl.sum(xs * xs, axis=1)
+        rstd = tl.rsqrt(ss / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    acc_u = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    for k in tl.range(k_lo, k_lo + K_PER, BLOCK_K, num_stages=STAGES):
+        ks = k + tl.arange(0, BLOCK_K)
+        xt = tl.trans(_normed(_x_tile(x_ptr, rows_m, M, stride_x, ks, K), norm_ptr, rstd,
+                              ks, K, NORM))  # fmt: skip
+        acc = _mma_acc(_chunk(w_ptr, cols_n, N, stride_w, ks, K), xt, acc, IEEE)
+        if EPILOGUE == 2:
+            acc_u = _mma_acc(_chunk(up_ptr, cols_n, N, stride_w, ks, K), xt, acc_u, IEEE)
+    if SPLIT == 1:
+        _epilogue(tl.trans(acc), tl.trans(acc_u), rows_m, cols_n, col0, M, N, bias, out_ptr,
+                  res_ptr, key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
+                  WRITE_LOGITS, ARGMAX)  # fmt: skip
+    else:
+        live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+        dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
+        tl.store(dst, tl.trans(acc), mask=live)
+        if EPILOGUE == 2:
+            tl.store(dst + M * N, tl.trans(acc_u), mask=live)
+
+    if SPLIT > 1:
+        _split_merge(part_ptr, ticket_ptr, pid_n, rows_m, cols_n, col0, M, N, bias, out_ptr,
+                     res_ptr, key_ptr, stride_out, stride_res, dtype, BLOCK_M, BLOCK_N, SPLIT,
+                     TILES, HAS_BIAS, EPILOGUE, WRITE_LOGITS, ARGMAX)  # fmt: skip
 
 
 @triton.jit
@@ -891,6 +1024,15 @@ class DecodeTuning(NamedTuple):
     rows_whole_k_rows: int = 8
     rows_whole_k_n: int = 16  # its output columns a program (8, 16 or 32)
     rows_part_k: int = 128  # whole K: the K slice of each part of the batched dot
+    # Where the whole-K kernel does not apply, up to rows_block_m rows: the streaming rows
+    # kernel (weights through a pipeline of K chunks) instead of the split kernel
+    rows_stream: bool = True
+    stream_block_n: int = 64  # its output columns a program (gate_up: of gate and of up)
+    stream_block_k: int = 128  # K a pipeline stage
+    stream_stages: int = 4  # stages in flight (fewer where shared memory cannot hold them)
+    stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
+    stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
+    stream_warps: int = 4
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -1036,6 +1178,34 @@ def rows_whole_k_blocks(M, K, itemsize, device, tuning, tiles=1):
     return block_m, block_n, parts, k_pow2 // parts, warps
 
 
+def rows_stream_blocks(M, N, K, itemsize, device, tuning, tiles=1):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, K_PER, SPLIT, STAGES, PREFETCH, warps) of the streaming
+    rows kernel (kernels/rows.py), or None where `tuning` keeps these rows on the split
+    kernel (streaming off, or more than `rows_block_m` rows). BLOCK_N `stream_block_n`
+    (gate_up: that many gate and up rows); K split in two while the programs stay within
+    `stream_programs` (the SMs) and each keeps at least one chunk; K_PER a whole number of
+    chunks; `stream_stages` stages, or as many as the device's shared memory holds (a stage:
+    the weight and x chunks); PREFETCH `stream_prefetch` chunks asked of L2 (at most K_PER's,
+    rounded up to a power of two)."""
+    if not tuning.rows_stream or tuning.rows_block_m < M:
+        return None
+    block_m = max(16, next_pow2(M))
+    block_k = max(16, min(tuning.stream_block_k, next_pow2(K)))
+    block_n = tuning.stream_block_n
+    tiles_n = triton.cdiv(N, block_n)
+    target = tuning.stream_programs or sm_count(device)
+    split = 1
+    while tiles_n * split * 2 <= target and triton.cdiv(K, split * 2) >= block_k:
+        split *= 2
+    k_per = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
+    split = triton.cdiv(K, k_per)
+    stage = (tiles * block_n + block_m) * block_k * itemsize
+    stages = max(1, min(tuning.stream_stages, (shared_limit(device) - 8192) // stage))
+    chunks = min(tuning.stream_prefetch, k_per // block_k)
+    prefetch = next_pow2(chunks) if chunks else 0  # the kernel masks past K_PER
+    return block_m, block_n, block_k, k_per, split, stages, prefetch, tuning.stream_warps
+
+
 def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks, *,
                   norm, epilogue, write_logits, pdl):  # fmt: skip
     M, K = x.shape
@@ -1051,6 +1221,31 @@ def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
         ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
         num_warps=warps, launch_pdl=pdl,
+    )  # fmt: skip
+
+
+def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks,
+                 tuning, *, norm, epilogue, write_logits):  # fmt: skip
+    M, K = x.shape
+    block_m, block_n, block_k, k_per, split, stages, prefetch, warps = blocks
+    tiles = 2 if epilogue == 2 else 1
+    dummy = x  # pointer arguments a switch leaves unused
+    n_tiles = triton.cdiv(n_out, block_n)
+    part, tickets = dummy, dummy
+    if split > 1:
+        part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
+        tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
+    prefetch = prefetch if x.is_cuda else 0  # inline PTX: not in the interpreter
+    rows_stream_kernel[(n_tiles, split)](
+        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
+        out if out is not None else dummy, residual if residual is not None else dummy,
+        keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
+        weight.stride(0), out.stride(0) if out is not None else 0,
+        residual.stride(0) if residual is not None else 0, eps,
+        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per, SPLIT=split,
+        STAGES=stages, PREFETCH=prefetch, NORM=norm, HAS_BIAS=bias is not None,
+        EPILOGUE=epilogue, WRITE_LOGITS=write_logits, ARGMAX=keys is not None,
+        IEEE=x.dtype == torch.float32, PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 
@@ -1076,11 +1271,17 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
         norm = False
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
-    whole = rows_whole_k_blocks(M, K, weight.element_size(), x.device, tuning, tiles)
+    size = weight.element_size()
+    whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
+    stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,
                       pdl=tuning.pdl)  # fmt: skip
+        return
+    if stream is not None:
+        _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, stream,
+                     tuning, norm=norm, epilogue=epilogue, write_logits=write_logits)  # fmt: skip
         return
     block_m, block_n, block_k, split, warps = rows_blocks(
         M, n_out, K, weight.element_size(), x.device, tuning, tiles
@@ -1244,6 +1445,13 @@ def _tuning():
         rows_whole_k_rows=ROWS_WHOLE_K_ROWS,
         rows_whole_k_n=ROWS_WHOLE_K_N,
         rows_part_k=ROWS_PART_K,
+        rows_stream=ROWS_STREAM,
+        stream_block_n=STREAM_BLOCK_N,
+        stream_block_k=STREAM_BLOCK_K,
+        stream_stages=STREAM_STAGES,
+        stream_prefetch=STREAM_PREFETCH,
+        stream_programs=STREAM_PROGRAMS,
+        stream_warps=STREAM_WARPS,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
