@@ -34,94 +34,10 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int D = 128;
-constexpr int HALF = 64;
-constexpr int ROWS = 16;       // rows per warp
+#include "decode_common.cuh"
+
 constexpr int MAX_WARPS = 16;  // bounds up to 256 positions
-constexpr int GROUP = 2;
 constexpr int MAX_CLUSTER = 8;  // portable cluster size: bounds up to 2,048 positions
-constexpr unsigned FULL = 0xffffffffu;
-
-template <typename T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  using V = __nv_bfloat162;
-  static __device__ __forceinline__ float2 f2(V v) { return __bfloat1622float2(v); }
-  static __device__ __forceinline__ V v2(float a, float b) { return __floats2bfloat162_rn(a, b); }
-  static __device__ __forceinline__ float rnd(float x) {
-    return __bfloat162float(__float2bfloat16_rn(x));
-  }
-};
-template <> struct Pair<__half> {
-  using V = __half2;
-  static __device__ __forceinline__ float2 f2(V v) { return __half22float2(v); }
-  static __device__ __forceinline__ V v2(float a, float b) { return __floats2half2_rn(a, b); }
-  static __device__ __forceinline__ float rnd(float x) { return __half2float(__float2half_rn(x)); }
-};
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
-  return x;
-}
-
-// A head's 4 values in this lane: lo = dims (2l, 2l+1), hi = dims (64+2l, 64+2l+1).
-struct Quad {
-  float2 lo, hi;
-};
-
-template <typename T>
-__device__ __forceinline__ Quad load_quad(const T* row, int lane) {
-  using P = Pair<T>;
-  const auto* p = reinterpret_cast<const typename P::V*>(row);
-  Quad q;
-  q.lo = P::f2(p[lane]);
-  q.hi = P::f2(p[HALF / 2 + lane]);
-  return q;
-}
-
-// RMSNorm over the head (a warp reduction), then RoPE; every step rounded to T as
-// transformers rounds it. w: the norm weight, c/s: cos/sin already rounded to T.
-template <typename T>
-__device__ __forceinline__ Quad norm_rope(Quad x, Quad w, float2 c, float2 s, float eps) {
-  using P = Pair<T>;
-  float ss = x.lo.x * x.lo.x + x.lo.y * x.lo.y + x.hi.x * x.hi.x + x.hi.y * x.hi.y;
-  float rstd = rsqrtf(warp_sum(ss) / D + eps);
-  auto y = [&](float v, float wv) { return P::rnd(P::rnd(v * rstd) * wv); };
-  float y1a = y(x.lo.x, w.lo.x), y1b = y(x.lo.y, w.lo.y);
-  float y2a = y(x.hi.x, w.hi.x), y2b = y(x.hi.y, w.hi.y);
-  Quad o;
-  o.lo.x = P::rnd(P::rnd(y1a * c.x) + P::rnd(-y2a * s.x));
-  o.lo.y = P::rnd(P::rnd(y1b * c.y) + P::rnd(-y2b * s.y));
-  o.hi.x = P::rnd(P::rnd(y2a * c.x) + P::rnd(y1a * s.x));
-  o.hi.y = P::rnd(P::rnd(y2b * c.y) + P::rnd(y1b * s.y));
-  return o;
-}
-
-__device__ __forceinline__ float dot4(Quad a, float2 lo, float2 hi) {
-  return a.lo.x * lo.x + a.lo.y * lo.y + a.hi.x * hi.x + a.hi.y * hi.y;
-}
-
-template <typename T>
-struct Tile {  // a warp's 16 cache rows of one kv head, this lane's 4 dims of each, raw
-  typename Pair<T>::V k_lo[ROWS], k_hi[ROWS], v_lo[ROWS], v_hi[ROWS];
-};
-
-template <int N>
-__device__ __forceinline__ void reduce_scatter(float* v, int lane) {
-  const bool upper = lane & (N / 2);
-#pragma unroll
-  for (int k = 0; k < N / 2; k++) {
-    float send = upper ? v[k] : v[k + N / 2];
-    float keep = upper ? v[k + N / 2] : v[k];
-    v[k] = keep + __shfl_xor_sync(FULL, send, N / 2);
-  }
-}
 
 template <typename T>
 __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(

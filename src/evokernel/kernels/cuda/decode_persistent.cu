@@ -44,53 +44,18 @@
 
 namespace {
 
-constexpr int D = 128;
-constexpr int HALF = 64;
-constexpr int ROWS = 16;  // cache rows per attention tile (one warp)
+#include "decode_common.cuh"
+
 constexpr int WARPS = 7;  // consumer warps (+ the producer: 8 warps, 2 an SMSP, 255 registers)
 constexpr int NT = 32 * WARPS;  // consumer threads
 constexpr int THREADS = 32 * (WARPS + 1);
-constexpr int GROUP = 2;
 constexpr int SLOT = 16384;  // bytes of one ring slot
 constexpr int MAX_SLOTS = 16;
 constexpr int MAX_ROWS = 64;  // rows of a stage per CTA (the launcher checks)
 constexpr int BATCH = 8;  // words a consumer thread polls at once (one L2 round trip)
 constexpr int PART = 2 * GROUP + GROUP * D;  // m[2], l[2], o[2][128] floats per chunk
-constexpr unsigned FULL = 0xffffffffu;
 constexpr uint64_t TIMEOUT_NS = 2000000000ull;
 constexpr unsigned POLL_NS = 100;  // pause between polls of a tagged word
-
-template <typename T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  using V = __nv_bfloat162;
-  static __device__ __forceinline__ float2 f2(V v) { return __bfloat1622float2(v); }
-  static __device__ __forceinline__ V v2(float a, float b) { return __floats2bfloat162_rn(a, b); }
-  static __device__ __forceinline__ float rnd(float x) {
-    return __bfloat162float(__float2bfloat16_rn(x));
-  }
-  static __device__ __forceinline__ float f(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 t(float x) { return __float2bfloat16_rn(x); }
-  static __device__ __forceinline__ uint32_t bits(float x) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  }
-  static __device__ __forceinline__ float unbits(uint32_t b) {
-    return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
-  }
-};
-template <> struct Pair<__half> {
-  using V = __half2;
-  static __device__ __forceinline__ float2 f2(V v) { return __half22float2(v); }
-  static __device__ __forceinline__ V v2(float a, float b) { return __floats2half2_rn(a, b); }
-  static __device__ __forceinline__ float rnd(float x) { return __half2float(__float2half_rn(x)); }
-  static __device__ __forceinline__ float f(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half t(float x) { return __float2half_rn(x); }
-  static __device__ __forceinline__ uint32_t bits(float x) {
-    return __half_as_ushort(__float2half_rn(x));
-  }
-  static __device__ __forceinline__ float unbits(uint32_t b) {
-    return __half2float(__ushort_as_half((unsigned short)b));
-  }
-};
 
 template <typename T>
 struct Params {
@@ -459,58 +424,7 @@ __device__ __noinline__ void words_into(const uint32_t* words, int n, uint32_t t
   consumers_sync();
 }
 
-// ---------------------------------------------------------------- attention (as attention_direct.cu)
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(FULL, x, off);
-  return x;
-}
-
-struct Quad {
-  float2 lo, hi;
-};
-
-template <typename T>
-__device__ __forceinline__ Quad load_quad(const T* row, int lane, bool cg) {
-  using PT = Pair<T>;
-  const auto* p = reinterpret_cast<const typename PT::V*>(row);
-  Quad q;
-  q.lo = PT::f2(cg ? __ldcg(p + lane) : p[lane]);
-  q.hi = PT::f2(cg ? __ldcg(p + HALF / 2 + lane) : p[HALF / 2 + lane]);
-  return q;
-}
-
-template <typename T>
-__device__ __forceinline__ Quad norm_rope(Quad x, Quad w, float2 c, float2 s, float eps) {
-  using PT = Pair<T>;
-  float ss = x.lo.x * x.lo.x + x.lo.y * x.lo.y + x.hi.x * x.hi.x + x.hi.y * x.hi.y;
-  float rstd = rsqrtf(warp_sum(ss) / D + eps);
-  auto y = [&](float v, float wv) { return PT::rnd(PT::rnd(v * rstd) * wv); };
-  float y1a = y(x.lo.x, w.lo.x), y1b = y(x.lo.y, w.lo.y);
-  float y2a = y(x.hi.x, w.hi.x), y2b = y(x.hi.y, w.hi.y);
-  Quad o;
-  o.lo.x = PT::rnd(PT::rnd(y1a * c.x) + PT::rnd(-y2a * s.x));
-  o.lo.y = PT::rnd(PT::rnd(y1b * c.y) + PT::rnd(-y2b * s.y));
-  o.hi.x = PT::rnd(PT::rnd(y2a * c.x) + PT::rnd(y1a * s.x));
-  o.hi.y = PT::rnd(PT::rnd(y2b * c.y) + PT::rnd(y1b * s.y));
-  return o;
-}
-
-__device__ __forceinline__ float dot4(Quad a, float2 lo, float2 hi) {
-  return a.lo.x * lo.x + a.lo.y * lo.y + a.hi.x * hi.x + a.hi.y * hi.y;
-}
-
-template <typename T>
-struct Tile {
-  typename Pair<T>::V k_lo[ROWS], k_hi[ROWS], v_lo[ROWS], v_hi[ROWS];
-};
+// ---------------------------------------------------------------- attention (as attention_direct.cu; the shared helpers in decode_common.cuh)
 
 template <typename T>
 __device__ __forceinline__ void load_tile(Tile<T>& t, const T* k_base, const T* v_base,
@@ -526,17 +440,6 @@ __device__ __forceinline__ void load_tile(Tile<T>& t, const T* k_base, const T* 
     t.k_hi[r] = live ? __ldcs(k + HALF / 2 + lane) : zero;
     t.v_lo[r] = live ? __ldcs(v + lane) : zero;
     t.v_hi[r] = live ? __ldcs(v + HALF / 2 + lane) : zero;
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void reduce_scatter(float* v, int lane) {
-  const bool upper = lane & (N / 2);
-#pragma unroll
-  for (int k = 0; k < N / 2; k++) {
-    float send = upper ? v[k] : v[k + N / 2];
-    float keep = upper ? v[k + N / 2] : v[k];
-    v[k] = keep + __shfl_xor_sync(FULL, send, N / 2);
   }
 }
 
