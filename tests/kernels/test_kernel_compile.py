@@ -161,7 +161,8 @@ SCRIPT = textwrap.dedent(
         args = dict(rows_args, out_ptr="*fp32") if epilogue == 3 else rows_args
         out = compile_one(rows_stream_kernel, args, {"K": k, "BLOCK_M": bm, "BLOCK_N": bn,
             "BLOCK_K": bk, "K_PER": k_per, "SPLIT": split, "STAGES": stages,
-            "PREFETCH": prefetch, "NORM": norm, "HAS_BIAS": epilogue == 0,
+            "PREFETCH": prefetch, "NORM_K": max(16, min(k, 8192 // bm)), "NORM": norm,
+            "HAS_BIAS": epilogue == 0,
             "EPILOGUE": epilogue, "WRITE_LOGITS": False, "ARGMAX": epilogue == 3,
             "IEEE": False, "PDL": True}, warps, ptrs)
         no_spills(out, f"rows_stream epilogue={epilogue} K={k} rows={rows} split={split}")

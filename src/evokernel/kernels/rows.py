@@ -49,7 +49,8 @@ wider column tiles, fewer programs, and at 16-64 rows each weight chunk's produc
 MMA chain over the whole row tile. SPLIT > 1 merges as the split kernel does (tickets).
 PREFETCH asks L2 for the program's first chunks before the PDL wait, so they arrive while
 the previous kernel runs, as the slab kernels' weights do (two by default: asking for all
-of them measured slower). With NORM each program sums the squares of its rows first.
+of them measured slower). With NORM each program sums the squares of its rows first, in
+unrolled loads of NORM_K columns.
 
 Results equal the one-row kernels' up to float32 summation order (the dot's).
 """
@@ -468,6 +469,7 @@ def rows_stream_kernel(
     SPLIT: tl.constexpr,
     STAGES: tl.constexpr,  # chunks in flight (software pipelining through shared memory)
     PREFETCH: tl.constexpr,  # chunks asked of L2 before the PDL wait (a power of two, or 0)
+    NORM_K: tl.constexpr,  # NORM: the K of each x load summing the rows' squares
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
@@ -495,10 +497,10 @@ def rows_stream_kernel(
 
     rows_m = tl.arange(0, BLOCK_M)  # every row: the launcher's BLOCK_M >= M
     rstd = tl.zeros([BLOCK_M], tl.float32)
-    if NORM:  # the rows' whole K first (x is small and L2-hot), its chunks pipelined
+    if NORM:  # the rows' whole K first (x is small and L2-hot), unrolled: loads overlap
         ss = tl.zeros([BLOCK_M], tl.float32)
-        for c in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, BLOCK_K), K)
+        for c in tl.static_range(0, K, NORM_K):
+            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, NORM_K), K)
             xs = xs.to(tl.float32)
             ss += tl.sum(xs * xs, axis=1)
         rstd = tl.rsqrt(ss / K + eps)

@@ -211,7 +211,8 @@ def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, 
         weight.stride(0), out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
         K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per, SPLIT=split,
-        STAGES=stages, PREFETCH=prefetch, NORM=norm, HAS_BIAS=bias is not None,
+        STAGES=stages, PREFETCH=prefetch, NORM_K=max(16, min(next_pow2(K), 8192 // block_m)),
+        NORM=norm, HAS_BIAS=bias is not None,
         EPILOGUE=epilogue, WRITE_LOGITS=write_logits, ARGMAX=keys is not None,
         IEEE=x.dtype == torch.float32, PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
@@ -233,15 +234,17 @@ def _rows_prenormed(x, norm_weight, eps, tuning):
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
-    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
-    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
-        x = _rows_prenormed(x, norm_weight, eps, tuning)
-        norm = False
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so, but not ahead
+    of the streaming kernel with `tuning.stream_norm`: it normalises in each program)."""
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
     size = weight.element_size()
     whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
     stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
+    prenorm = tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)
+    if norm and prenorm and not (stream and tuning.stream_norm):
+        x = _rows_prenormed(x, norm_weight, eps, tuning)
+        norm = False
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,

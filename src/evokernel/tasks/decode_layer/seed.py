@@ -50,6 +50,7 @@ STREAM_STAGES = 4  # tune: 3, 4, 6
 STREAM_PREFETCH = 2  # tune: 0, 2, 8
 STREAM_PROGRAMS = 0  # tune: 0, 264
 STREAM_WARPS = 4  # tune: 4, 8
+STREAM_NORM = False  # tune: False, True
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -632,6 +633,7 @@ def rows_stream_kernel(
     SPLIT: tl.constexpr,
     STAGES: tl.constexpr,  # chunks in flight (software pipelining through shared memory)
     PREFETCH: tl.constexpr,  # chunks asked of L2 before the PDL wait (a power of two, or 0)
+    NORM_K: tl.constexpr,  # NORM: the K of each x load summing the rows' squares
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     EPILOGUE: tl.constexpr,
@@ -659,10 +661,10 @@ def rows_stream_kernel(
 
     rows_m = tl.arange(0, BLOCK_M)  # every row: the launcher's BLOCK_M >= M
     rstd = tl.zeros([BLOCK_M], tl.float32)
-    if NORM:  # the rows' whole K first (x is small and L2-hot), its chunks pipelined
+    if NORM:  # the rows' whole K first (x is small and L2-hot), unrolled: loads overlap
         ss = tl.zeros([BLOCK_M], tl.float32)
-        for c in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, BLOCK_K), K)
+        for c in tl.static_range(0, K, NORM_K):
+            xs = _x_tile(x_ptr, rows_m, M, stride_x, c + tl.arange(0, NORM_K), K)
             xs = xs.to(tl.float32)
             ss += tl.sum(xs * xs, axis=1)
         rstd = tl.rsqrt(ss / K + eps)
@@ -1033,6 +1035,7 @@ class DecodeTuning(NamedTuple):
     stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
     stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
     stream_warps: int = 4
+    stream_norm: bool = False  # it normalises x in each program, not after rows_prenorm's launch
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -1243,7 +1246,8 @@ def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, 
         weight.stride(0), out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
         K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per, SPLIT=split,
-        STAGES=stages, PREFETCH=prefetch, NORM=norm, HAS_BIAS=bias is not None,
+        STAGES=stages, PREFETCH=prefetch, NORM_K=max(16, min(next_pow2(K), 8192 // block_m)),
+        NORM=norm, HAS_BIAS=bias is not None,
         EPILOGUE=epilogue, WRITE_LOGITS=write_logits, ARGMAX=keys is not None,
         IEEE=x.dtype == torch.float32, PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
@@ -1265,15 +1269,17 @@ def _rows_prenormed(x, norm_weight, eps, tuning):
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
-    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
-    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
-        x = _rows_prenormed(x, norm_weight, eps, tuning)
-        norm = False
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so, but not ahead
+    of the streaming kernel with `tuning.stream_norm`: it normalises in each program)."""
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
     size = weight.element_size()
     whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
     stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
+    prenorm = tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)
+    if norm and prenorm and not (stream and tuning.stream_norm):
+        x = _rows_prenormed(x, norm_weight, eps, tuning)
+        norm = False
     if whole is not None:
         _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, whole,
                       norm=norm, epilogue=epilogue, write_logits=write_logits,
@@ -1452,6 +1458,7 @@ def _tuning():
         stream_prefetch=STREAM_PREFETCH,
         stream_programs=STREAM_PROGRAMS,
         stream_warps=STREAM_WARPS,
+        stream_norm=STREAM_NORM,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
