@@ -61,7 +61,6 @@ GEMV_PATHS = {
     "rows-stream-prenorm": decode.DecodeTuning(
         rows_min=2, rows_whole_k=0, stream_block_n=32, stream_block_k=64
     ),
-    "rows-stream-norm": decode.DecodeTuning(rows_min=2, stream_norm=True),
     "whole-k": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_prenorm=0),
     "whole-k-parts": decode.DecodeTuning(
         rows_min=2,

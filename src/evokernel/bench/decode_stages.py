@@ -115,7 +115,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "stream-all": {"rows_whole_k": 0},
     "stream-k1024": {"rows_whole_k": 1024},
     "stream-pre0": {"rows_prenorm": 0},
-    "stream-norm": {"stream_norm": True},
     "stream-pf0": {"stream_prefetch": 0},
     "stream-pf8": {"stream_prefetch": 8},
     "stream-n32": {"stream_block_n": 32},

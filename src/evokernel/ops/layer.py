@@ -234,15 +234,13 @@ def _rows_prenormed(x, norm_weight, eps, tuning):
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
-    (the norm a launch of its own first where `tuning.rows_prenorm` says so, but not ahead
-    of the streaming kernel with `tuning.stream_norm`: it normalises in each program)."""
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
     size = weight.element_size()
     whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
     stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
-    prenorm = tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)
-    if norm and prenorm and not (stream and tuning.stream_norm):
+    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
         x = _rows_prenormed(x, norm_weight, eps, tuning)
         norm = False
     if whole is not None:

@@ -50,7 +50,6 @@ class DecodeTuning(NamedTuple):
     stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
     stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
     stream_warps: int = 4
-    stream_norm: bool = False  # it normalises x in each program, not after rows_prenorm's launch
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max

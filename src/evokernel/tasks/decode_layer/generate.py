@@ -75,7 +75,6 @@ KNOBS: dict[str, tuple[object, ...]] = {
     "stream_prefetch": (2, 0, 8),
     "stream_programs": (0, 264),
     "stream_warps": (4, 8),
-    "stream_norm": (False, True),
     "attn_block_n": (64, 32, 128),
     "attn_warps": (4, 8),
     "short_block_n": (16, 32),

@@ -50,7 +50,6 @@ STREAM_STAGES = 4  # tune: 3, 4, 6
 STREAM_PREFETCH = 2  # tune: 0, 2, 8
 STREAM_PROGRAMS = 0  # tune: 0, 264
 STREAM_WARPS = 4  # tune: 4, 8
-STREAM_NORM = False  # tune: False, True
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -1035,7 +1034,6 @@ class DecodeTuning(NamedTuple):
     stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
     stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
     stream_warps: int = 4
-    stream_norm: bool = False  # it normalises x in each program, not after rows_prenorm's launch
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -1269,15 +1267,13 @@ def _rows_prenormed(x, norm_weight, eps, tuning):
 def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning, *,
           norm, epilogue, write_logits=False):  # fmt: skip
     """One launch of the rows kernel (kernels/rows.py) with the given prologue and epilogue
-    (the norm a launch of its own first where `tuning.rows_prenorm` says so, but not ahead
-    of the streaming kernel with `tuning.stream_norm`: it normalises in each program)."""
+    (the norm a launch of its own first where `tuning.rows_prenorm` says so)."""
     M, K = x.shape
     tiles = 2 if epilogue == 2 else 1
     size = weight.element_size()
     whole = rows_whole_k_blocks(M, K, size, x.device, tuning, tiles)
     stream = None if whole else rows_stream_blocks(M, n_out, K, size, x.device, tuning, tiles)
-    prenorm = tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)
-    if norm and prenorm and not (stream and tuning.stream_norm):
+    if norm and (tuning.rows_prenorm == 2 or (tuning.rows_prenorm == 1 and epilogue == 3)):
         x = _rows_prenormed(x, norm_weight, eps, tuning)
         norm = False
     if whole is not None:
@@ -1458,7 +1454,6 @@ def _tuning():
         stream_prefetch=STREAM_PREFETCH,
         stream_programs=STREAM_PROGRAMS,
         stream_warps=STREAM_WARPS,
-        stream_norm=STREAM_NORM,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
