@@ -192,29 +192,40 @@ def _rows_whole_k(x, norm_weight, weight, bias, out, residual, keys, eps, n_out,
     )  # fmt: skip
 
 
-def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks,
-                 tuning, *, norm, epilogue, write_logits):  # fmt: skip
-    M, K = x.shape
-    block_m, block_n, block_k, k_per, split, stages, prefetch, warps = blocks
-    tiles = 2 if epilogue == 2 else 1
+def _split_args(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, n_tiles, split,
+                tiles, norm):  # fmt: skip
+    """The positional arguments of the rows kernels that may split K (kernels/rows.py
+    `rows_gemv_kernel`, `rows_stream_kernel`), with the float32 partials and the kept zeroed
+    tickets a split needs."""
+    M = x.shape[0]
     dummy = x  # pointer arguments a switch leaves unused
-    n_tiles = triton.cdiv(n_out, block_n)
     part, tickets = dummy, dummy
     if split > 1:
         part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
         tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
-    prefetch = prefetch if x.is_cuda else 0  # inline PTX: not in the interpreter
-    rows_stream_kernel[(n_tiles, split)](
+    return (
         x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
         out if out is not None else dummy, residual if residual is not None else dummy,
         keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
         weight.stride(0), out.stride(0) if out is not None else 0,
         residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per, SPLIT=split,
-        STAGES=stages, PREFETCH=prefetch, NORM_K=max(16, min(next_pow2(K), 8192 // block_m)),
-        NORM=norm, HAS_BIAS=bias is not None,
-        EPILOGUE=epilogue, WRITE_LOGITS=write_logits, ARGMAX=keys is not None,
-        IEEE=x.dtype == torch.float32, PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
+    )  # fmt: skip
+
+
+def _rows_stream(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, blocks,
+                 tuning, *, norm, epilogue, write_logits):  # fmt: skip
+    K = x.shape[1]
+    block_m, block_n, block_k, k_per, split, stages, prefetch, warps = blocks
+    n_tiles = triton.cdiv(n_out, block_n)
+    args = _split_args(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, n_tiles,
+                       split, 2 if epilogue == 2 else 1, norm)  # fmt: skip
+    rows_stream_kernel[(n_tiles, split)](
+        *args, K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, K_PER=k_per,
+        SPLIT=split, STAGES=stages, PREFETCH=prefetch if x.is_cuda else 0,  # inline PTX
+        NORM_K=max(16, min(next_pow2(K), 8192 // block_m)), NORM=norm,
+        HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
+        ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, PDL=tuning.pdl,
+        num_warps=warps, launch_pdl=tuning.pdl,
     )  # fmt: skip
 
 
@@ -253,21 +264,13 @@ def _rows(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, tuning,
                      tuning, norm=norm, epilogue=epilogue, write_logits=write_logits)  # fmt: skip
         return
     block_m, block_n, block_k, split, warps = rows_blocks(
-        M, n_out, K, weight.element_size(), x.device, tuning, tiles
+        M, n_out, K, size, x.device, tuning, tiles
     )
-    dummy = x  # pointer arguments a switch leaves unused
     n_tiles = triton.cdiv(n_out, block_n)
-    part, tickets = dummy, dummy
-    if split > 1:
-        part = torch.empty(split * tiles * M * n_out, device=x.device, dtype=torch.float32)
-        tickets = kept_zeros("rows_tickets", x.device, n_tiles, torch.int32)
+    args = _split_args(x, norm_weight, weight, bias, out, residual, keys, eps, n_out, n_tiles,
+                       split, tiles, norm)  # fmt: skip
     rows_gemv_kernel[(n_tiles, split)](
-        x, norm_weight if norm else dummy, weight, bias if bias is not None else dummy,
-        out if out is not None else dummy, residual if residual is not None else dummy,
-        keys if keys is not None else dummy, part, tickets, M, n_out, x.stride(0),
-        weight.stride(0), out.stride(0) if out is not None else 0,
-        residual.stride(0) if residual is not None else 0, eps,
-        K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, NORM=norm,
+        *args, K=K, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, NORM=norm,
         HAS_BIAS=bias is not None, EPILOGUE=epilogue, WRITE_LOGITS=write_logits,
         ARGMAX=keys is not None, IEEE=x.dtype == torch.float32, SWAP=tuning.rows_swap,
         PDL=tuning.pdl, num_warps=warps, launch_pdl=tuning.pdl,
