@@ -157,6 +157,16 @@ def compile_layer(knobs: dict[str, Any], dtype: str, shapes: bool) -> list[str]:
                     shared = _compile(kernel, sig, consts | {"PDL": pdl}, warps, 3)
                     lines.append(f"rows_whole_k_kernel {dtype} M={M} {consts}: {shared} B shared")
                     continue
+                stream = m.rows_stream_blocks(M, n, k, size, None, t, tiles)
+                if stream is not None:
+                    block_m, block_n, block_k, k_per, split, stages, prefetch, warps = stream
+                    consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+                    consts |= {"K_PER": k_per, "SPLIT": split, "STAGES": stages}
+                    norm_k = max(16, min(_pow2(k), 8192 // block_m))  # as the launcher's
+                    consts |= {"PREFETCH": prefetch, "NORM_K": norm_k} | flags
+                    shared = _compile(m.rows_stream_kernel, rows, consts | {"PDL": pdl}, warps, 3)
+                    lines.append(f"rows_stream_kernel {dtype} M={M} {consts}: {shared} B shared")
+                    continue
                 block_m, block_n, block_k, split, warps = m.rows_blocks(M, n, k, 2, None, t, tiles)
                 consts = {"K": k, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
                 consts |= {"SPLIT": split, "SWAP": bool(t.rows_swap)} | flags

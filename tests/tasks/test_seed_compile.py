@@ -26,3 +26,4 @@ def test_seed_kernels_compile_for_sm90():
     assert "decode_layer attention_kernel" in proc.stdout
     assert "decode_layer norm_gate_up_kernel" in proc.stdout
     assert "decode_layer rows_gemv_kernel" in proc.stdout
+    assert "decode_layer rows_stream_kernel" in proc.stdout
