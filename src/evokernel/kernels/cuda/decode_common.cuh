@@ -109,3 +109,26 @@ __device__ __forceinline__ void reduce_scatter(float* v, int lane) {
     v[k] = keep + __shfl_xor_sync(FULL, send, N / 2);
   }
 }
+
+// The warp's scores of a tile: head g's q against row r's key, reduced over the warp; lane
+// 16g + r returns head g's score of row row0 + r (times qk_scale, base 2), -inf at or past
+// seq_len and at pos (the new row, scored apart from registers).
+template <typename T>
+__device__ __forceinline__ float tile_score(const Tile<T>& t, const Quad* q, int row0,
+                                            int seq_len, int pos, float qk_scale, int lane) {
+  using PT = Pair<T>;
+  float v[GROUP * ROWS];  // partial scores, index g * 16 + r
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) {
+    const float2 klo = PT::f2(t.k_lo[r]), khi = PT::f2(t.k_hi[r]);
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) v[g * ROWS + r] = dot4(q[g], klo, khi);
+  }
+  reduce_scatter<32>(v, lane);  // lane 16g + r: head g, row r
+  reduce_scatter<16>(v, lane);
+  reduce_scatter<8>(v, lane);
+  reduce_scatter<4>(v, lane);
+  reduce_scatter<2>(v, lane);
+  const int row = row0 + (lane & 15);
+  return (row < seq_len && row != pos) ? v[0] * qk_scale : -INFINITY;
+}

@@ -456,20 +456,8 @@ __device__ __forceinline__ void tile_step(Online& st, const Tile<T>& t, const Qu
                                           int seq_len, int pos, bool mine, float qk_scale,
                                           float* sp, int lane) {
   using PT = Pair<T>;
-  float v[GROUP * ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    const float2 klo = PT::f2(t.k_lo[r]), khi = PT::f2(t.k_hi[r]);
-#pragma unroll
-    for (int g = 0; g < GROUP; g++) v[g * ROWS + r] = dot4(q[g], klo, khi);
-  }
-  reduce_scatter<32>(v, lane);
-  reduce_scatter<16>(v, lane);
-  reduce_scatter<8>(v, lane);
-  reduce_scatter<4>(v, lane);
-  reduce_scatter<2>(v, lane);
-  const int g_mine = lane >> 4, row = row0 + (lane & 15);
-  const float score = (row < seq_len && row != pos) ? v[0] * qk_scale : -INFINITY;
+  const int g_mine = lane >> 4;
+  const float score = tile_score(t, q, row0, seq_len, pos, qk_scale, lane);
   float mt = score;
 #pragma unroll
   for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
