@@ -154,16 +154,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
       Quad a;
       a.lo = make_float2(vn.lo.x * fn, vn.lo.y * fn);
       a.hi = make_float2(vn.hi.x * fn, vn.hi.y * fn);
-#pragma unroll
-      for (int r = 0; r < ROWS; r++) {
-        const float2 vlo = PT::f2(t.v_lo[r]), vhi = PT::f2(t.v_hi[r]);
-        const float w = pr[g * ROWS + r];
-        a.lo.x += w * vlo.x;
-        a.lo.y += w * vlo.y;
-        a.hi.x += w * vhi.x;
-        a.hi.y += w * vhi.y;
-      }
-      acc[g] = a;
+      acc[g] = add_values(a, t, pr + g * ROWS);
     }
   }
 #pragma unroll

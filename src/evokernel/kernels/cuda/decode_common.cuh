@@ -132,3 +132,18 @@ __device__ __forceinline__ float tile_score(const Tile<T>& t, const Quad* q, int
   const int row = row0 + (lane & 15);
   return (row < seq_len && row != pos) ? v[0] * qk_scale : -INFINITY;
 }
+
+// a + sum over the tile's rows of w[r] * value row r (this lane's 4 dims), in row order.
+template <typename T>
+__device__ __forceinline__ Quad add_values(Quad a, const Tile<T>& t, const float* w) {
+  using PT = Pair<T>;
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) {
+    const float2 vlo = PT::f2(t.v_lo[r]), vhi = PT::f2(t.v_hi[r]);
+    a.lo.x += w[r] * vlo.x;
+    a.lo.y += w[r] * vlo.y;
+    a.hi.x += w[r] * vhi.x;
+    a.hi.y += w[r] * vhi.y;
+  }
+  return a;
+}

@@ -494,16 +494,7 @@ __device__ __forceinline__ void tile_step(Online& st, const Tile<T>& t, const Qu
     Quad a;
     a.lo = make_float2(st.acc[g].lo.x * alpha[g] + vn.lo.x * fn, st.acc[g].lo.y * alpha[g] + vn.lo.y * fn);
     a.hi = make_float2(st.acc[g].hi.x * alpha[g] + vn.hi.x * fn, st.acc[g].hi.y * alpha[g] + vn.hi.y * fn);
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-      const float2 vlo = PT::f2(t.v_lo[r]), vhi = PT::f2(t.v_hi[r]);
-      const float w = pr[g * ROWS + r];
-      a.lo.x += w * vlo.x;
-      a.lo.y += w * vlo.y;
-      a.hi.x += w * vhi.x;
-      a.hi.y += w * vhi.y;
-    }
-    st.acc[g] = a;
+    st.acc[g] = add_values(a, t, pr + g * ROWS);
     st.m[g] = m_new[g];
   }
 }
