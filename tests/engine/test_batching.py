@@ -141,6 +141,50 @@ def test_prompts_prefilled_together_match_each_alone(model):
     assert pre["padded"] == 4 * 16 + 16 + 2 * 32 + 64
 
 
+def test_prefill_shapes_fill_a_staging_area_of_several_rows():
+    assert prefill_shapes(64, 8, 128) == [
+        (1, 16), (2, 16), (4, 16), (8, 16), (1, 32), (2, 32), (4, 32), (1, 64), (2, 64)
+    ]  # fmt: skip
+    assert prefill_shapes(64, 8, 10) == prefill_shapes(64, 8)  # never below one row
+
+
+@pytest.mark.parametrize("pad_tokens", [2048, 32])
+def test_a_group_is_padded_up_to_a_captured_size_or_split(model, monkeypatch, pad_tokens):
+    """Three prompts of one bucket: one launch of four rows (one padding row nobody reads)
+    where four rows hold at most PAD_TOKENS tokens, else 2 + 1; a staging area of two rows
+    (`prefill_tokens` 512 at max_len 256) takes two 256-token buckets at once. Either way each
+    prompt gets the tokens and KV rows of the plain prefill alone."""
+    import evokernel.engine.batching as batching
+
+    monkeypatch.setattr(batching, "PAD_TOKENS", pad_tokens)
+    ps = [[5] * 3, [7] * 16, [9] * 11, [3] * 200, [4] * 130]  # buckets 16, 16, 16, 256, 256
+    plain = BatchRunner(model, 8, MAX_LEN, staged_prefill=False)
+    staged = BatchRunner(
+        model, 8, MAX_LEN, staged_prefill=True, prefill_rows=4, prefill_tokens=2 * MAX_LEN
+    )
+    assert staged.stage_rows == 2 and staged.cache.k[0].shape[0] == 8 + 2
+    assert (2, 256) in staged.prefill_shapes and (4, 128) in staged.prefill_shapes
+    with torch.inference_mode():
+        want = [plain.admit(p, GREEDY)[1].wait().tokens[0] for p in ps]
+        slots, pendings = staged.admit_many([(p, GREEDY) for p in ps])
+        sizes = sorted(len(p.slots) for p in pendings)
+        assert sizes == ([2, 3] if pad_tokens == 2048 else [1, 2, 2])
+        got = {}
+        for pending in pendings:
+            got.update(zip(pending.slots, pending.wait().tokens))
+        assert [got[s] for s in slots] == want
+        for slot, p in zip(slots, ps):
+            for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
+                torch.testing.assert_close(t[slot, :, : len(p)], u[slot, :, : len(p)])
+        for _ in range(3):
+            assert plain.step().wait().tokens == staged.step().wait().tokens
+    staged.clock.collect()
+    pre = staged.clock.snapshot()["prefill"]
+    assert pre["units"] == sum(map(len, ps))
+    padded16 = 4 * 16 if pad_tokens == 2048 else 2 * 16 + 16
+    assert (pre["launches"], pre["padded"]) == (len(pendings), padded16 + 2 * 256)
+
+
 def test_the_work_clock_counts_each_launch_with_its_used_and_computed_units(model):
     """Prefills count prompt tokens used and the length bucket computed; steps count active
     rows and the batch bucket; the device (here host) time adds up."""

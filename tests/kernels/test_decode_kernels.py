@@ -30,7 +30,8 @@ GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 4
 # program the whole K, cut into parts of the batched dot), with its own norm and with the
 # norm launched apart, in parts narrower than K's padding and row tiles looped over; and the
 # streaming design (K in pipelined chunks), with its own norm and K split into ragged ranges
-# over up to three programs per column tile, and with the norm launched apart.
+# over up to three programs per column tile, and with the norm launched apart; and the deep
+# ops (K >= 2N) in their own columns and chunks.
 GEMV_PATHS = {
     "default": decode.DEFAULT,
     "one-row": decode.DecodeTuning(rows_min=1 << 30),
@@ -60,6 +61,15 @@ GEMV_PATHS = {
     ),
     "rows-stream-prenorm": decode.DecodeTuning(
         rows_min=2, rows_whole_k=0, stream_block_n=32, stream_block_k=64
+    ),
+    "rows-stream-deep": decode.DecodeTuning(
+        rows_min=2,
+        rows_whole_k=0,
+        stream_block_n=64,
+        stream_deep_rows=2,
+        stream_deep_n=16,
+        stream_deep_k=64,
+        stream_deep_programs=1 << 10,
     ),
     "whole-k": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_prenorm=0),
     "whole-k-parts": decode.DecodeTuning(
@@ -436,10 +446,16 @@ def test_stream_rows_split_k_to_fill_the_sms_in_whole_chunks(monkeypatch) -> Non
     blocks = layer.rows_stream_blocks
     # Qwen3-0.6B at 32 rows: (BLOCK_M, BLOCK_N, BLOCK_K, K_PER, SPLIT, STAGES, PREFETCH, warps)
     assert blocks(32, 4096, 1024, 2, cpu, t) == (32, 64, 128, 512, 2, 4, 2, 4)  # qkv
-    assert blocks(32, 1024, 2048, 2, cpu, t)[3:5] == (256, 8)  # o_proj
-    assert blocks(32, 1024, 3072, 2, cpu, t)[3:7] == (384, 8, 4, 2)  # down
+    # the deep ops (K >= 2N) from 17 rows: 16 columns a program, chunks of 512, K split in two
+    assert blocks(32, 1024, 2048, 2, cpu, t) == (32, 16, 512, 1024, 2, 4, 2, 4)  # o_proj
+    assert blocks(32, 1024, 3072, 2, cpu, t)[1:7] == (16, 512, 1536, 2, 4, 2)  # down
+    assert blocks(17, 1024, 3072, 2, cpu, t)[1] == 16
+    shallow = t._replace(stream_deep_n=0, stream_deep_k=0)
+    assert blocks(32, 1024, 2048, 2, cpu, shallow)[1:5] == (64, 128, 256, 8)  # o_proj
+    assert blocks(16, 1024, 2048, 2, cpu, t) == blocks(16, 1024, 2048, 2, cpu, shallow)
+    assert blocks(32, 1024, 3072, 2, cpu, shallow)[3:7] == (384, 8, 4, 2)  # down
     # three chunks a program, four asked of L2 (a power of two; the kernel masks past K_PER)
-    assert blocks(32, 1024, 3072, 2, cpu, t._replace(stream_prefetch=3))[6] == 4
+    assert blocks(32, 1024, 3072, 2, cpu, shallow._replace(stream_prefetch=3))[6] == 4
     assert blocks(32, 3072, 1024, 2, cpu, t, tiles=2)[4] == 2  # gate_up
     assert blocks(32, 151936, 1024, 2, cpu, t)[4] == 1  # the head
     assert blocks(3, 64, 40, 2, cpu, t)[:5] == (16, 64, 64, 64, 1)

@@ -30,6 +30,8 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
         "8",
         "--rounds",
         "2",
+        "--min-requests",
+        "4",  # the single stream sends 4 requests, each of the 3 streams 2
         "--serve-args",
         "--prefill-budget 16",
         "--out",
@@ -45,9 +47,10 @@ def test_bench_serve_writes_results_and_report_draws_them(tiny_chat, tmp_path):
     }
     doc = json.loads(out.read_text())
     assert doc["kind"] == "evokernel-bench-serve" and doc["server_exit_code"] == 0
-    for row, n in zip(doc["results"], (1, 3)):
+    for row, n, requests in zip(doc["results"], (1, 3), (4, 6)):
         assert row["concurrency"] == n and row["errors"] == 0
-        assert row["requests"] == 2 * n and row["tokens"] == row["usage_tokens"] == 2 * n * 8
+        assert row["requests"] == requests
+        assert row["tokens"] == row["usage_tokens"] == requests * 8
         assert row["ttft_ms_p50"] > 0 and row["itl_ms_p50"] >= 0
         e = row["engine"]  # where the time went, from /metrics around the load
         assert e["step_ms"] > 0 and 1 <= e["rows_per_step"] <= e["bucket_rows_per_step"] <= 3

@@ -128,6 +128,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "stream-s6": {"stream_stages": 6},
     "stream-w8": {"stream_warps": 8},
     "stream-p264": {"stream_programs": 264},
+    # The deep ops (o_proj, down) in the streaming kernel's general blocks at every row count.
+    "stream-shallow": {"stream_deep_n": 0, "stream_deep_k": 0},
     # The CUDA one-pass attention beyond 256 positions (a cluster of at least 4 CTAs per kv
     # head; here 2 or 8) or only up to 256 (the engine until 2026-11-27), or up to 1,024.
     "cuda-256": {"cuda_direct_max": 256},

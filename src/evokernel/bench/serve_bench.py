@@ -8,7 +8,10 @@ In one run:
   2. `evokernel serve` starts as a child process on a free port (--max-batch = the largest
      concurrency, --max-len = longest prompt + max_tokens rounded up to a power of two);
   3. a warm-up round (every prompt length once), then for each concurrency N, N clients
-     (bench/serve_load.py) each stream `rounds` requests of `max_tokens` greedy tokens;
+     (bench/serve_load.py) each stream `rounds_at(N)` requests of `max_tokens` greedy tokens:
+     `rounds`, or more where N x rounds would fall short of `min_requests` (so that the low
+     concurrencies, the single stream every ratio divides by first, are not timed on three
+     requests);
   4. the server is stopped with SIGTERM.
 Per concurrency: aggregate tok/s (tokens received / first send to last token), the median
 per-stream decode rate (tokens after the first / their span), TTFT P50/P99 (send to first
@@ -70,11 +73,16 @@ class ServeBenchOptions:
     prompt_lens: tuple[int, ...] = (32, 256, 1024)
     max_tokens: int = 128
     rounds: int = 3
+    min_requests: int = 24  # requests at each concurrency at least (more rounds where needed)
     server_args: tuple[str, ...] = ()  # flag-value pairs for `serve` and `generate` (--ops ...)
     serve_args: tuple[str, ...] = ()  # further `serve` flags only (--prefill-budget N ...)
     baseline: bool = True
     start_timeout_s: float = 900.0
     command: str = ""
+
+    def rounds_at(self, concurrency: int) -> int:
+        """Requests each of `concurrency` clients sends, in sequence."""
+        return max(self.rounds, -(-self.min_requests // concurrency))
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -241,7 +249,7 @@ def run_serve_bench(opts: ServeBenchOptions, progress: Callable[[str], None]) ->
         drive(server.url, server.name, 1, prompts, opts.max_tokens, len(prompts))  # warm-up
         for n in opts.concurrencies:
             before = scrape(server.url)
-            records = drive(server.url, server.name, n, prompts, opts.max_tokens, opts.rounds)
+            records = drive(server.url, server.name, n, prompts, opts.max_tokens, opts.rounds_at(n))
             row = summarize(n, records)
             row["engine"] = accounts(before, scrape(server.url), row["wall_s"])
             results.append(row)

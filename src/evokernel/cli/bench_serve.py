@@ -1,8 +1,9 @@
 """`evokernel bench serve`: concurrent streaming clients against `evokernel serve`.
 
     evokernel bench serve --model DIR [--concurrency 1,4,8,16,32] [--prompt-lens 32,256,1024]
-        [--max-tokens 128] [--rounds 3] [--device cuda|cpu] [--dtype D] [--ops torch|triton]
-        [--kernels PACK_DIR] [--serve-args "FLAGS"] [--no-baseline] [--out FILE.json]
+        [--max-tokens 128] [--rounds 3] [--min-requests 24] [--device cuda|cpu] [--dtype D]
+        [--ops torch|triton] [--kernels PACK_DIR] [--serve-args "FLAGS"] [--no-baseline]
+        [--out FILE.json]
 
 stdout: a table per concurrency (aggregate tok/s, per-stream tok/s, TTFT and inter-token P50/P99)
 beside `generate`'s batch-1 figures from the same run, a table of where the time went (device
@@ -57,6 +58,13 @@ def add_to(verbs: argparse._SubParsersAction) -> None:
     s.add_argument("--max-tokens", default="128", metavar="N", help="tokens per request")
     s.add_argument("--rounds", default="3", metavar="N", help="requests per client, in sequence")
     s.add_argument(
+        "--min-requests",
+        default="24",
+        metavar="N",
+        help="requests at each concurrency at least: clients send more than --rounds where "
+        "needed (default 24: the single stream sends 24)",
+    )
+    s.add_argument(
         "--device", choices=("cuda", "cpu"), default=None, help="default: cuda if present"
     )
     s.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None)
@@ -109,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         prompt_lens=lens,
         max_tokens=checked.integer(args.max_tokens, "--max-tokens", lo=2),
         rounds=checked.integer(args.rounds, "--rounds", lo=1),
+        min_requests=checked.integer(args.min_requests, "--min-requests", lo=1),
         server_args=tuple(extra),
         serve_args=serve_args,
         baseline=not args.no_baseline,

@@ -70,9 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--prefill-budget",
-        default="2048",
+        default="8192",
         metavar="TOKENS",
-        help="prompt tokens prefilled between two decode steps (at least one prompt; default 2048)",
+        help="prompt tokens prefilled between two decode steps (at least one prompt), and the "
+        "staging area the prefill graphs write them into (default 8192)",
     )
     p.add_argument(
         "--prefill-rows",

@@ -36,12 +36,14 @@ length bucket (16, 32, 64, ... up to max_len) holding T, and the prompts `admit_
 one bucket share the graph, up to `prefill_rows` of them (a short prompt's prefill costs about
 what a decode step does whatever its rows hold, so n prompts together cost little more than
 one). Each graph (`prefill_shapes`: n prompts of one bucket, n a power of two, n x bucket <=
-max_len) prefills n prompts, right-padded with id 0 in a static buffer, their lengths in
-another, into a staging area of the cache (row `max_batch`, never a slot, seen as n rows of
-`bucket` positions); then positions 0..T-1 of each staging row are copied into its slot's row.
-A group whose size has no graph is split (5 = 4 + 1). Padding positions come after every real
-one and attention is causal, so they never reach a real token; each prompt's logits are those
-of its row T-1.
+the staging capacity) prefills n prompts, right-padded with id 0 in a static buffer, their
+lengths in another, into a staging area of the cache (`stage_rows` rows after the slots, never
+a slot, holding `prefill_tokens` positions or more, seen as n rows of `bucket` positions); then
+positions 0..T-1 of each staging row are copied into its slot's row. A group whose size has no
+graph is padded up to the next size with one-token rows nobody reads where that size holds at
+most `PAD_TOKENS` tokens (there a launch costs about the same for any n: it is latency-bound),
+else split (5 = 4 + 1). Padding positions come after every real one and attention is causal,
+so they never reach a real token; each prompt's logits are those of its row T-1.
 
 Rows per call. Fused decode kernels may take a bounded number of rows per launch
 (`row_limit`); a step over more rows calls the model once per group of that many rows, each on
@@ -67,6 +69,7 @@ from evokernel.engine.work_clock import WorkClock
 
 WARMUP_STEPS = 2
 PREFILL_ROWS = 8  # prompts of one length bucket prefilled together at most (staged)
+PAD_TOKENS = 2048  # a group is padded up to a captured size holding at most this many tokens
 GREEDY, LOGITS = "greedy", "logits"
 
 
@@ -117,21 +120,27 @@ def prefill_buckets(max_len: int) -> list[int]:
     return [*sizes, max_len]
 
 
-def prefill_shapes(max_len: int, max_rows: int) -> list[tuple[int, int]]:
+def prefill_shapes(max_len: int, max_rows: int, capacity: int = 0) -> list[tuple[int, int]]:
     """(prompts, length bucket) of the staged prefills: every bucket with one prompt, and
-    with 2, 4, ... up to `max_rows` prompts where they fit the staging row's `max_len`
-    positions together."""
+    with 2, 4, ... up to `max_rows` prompts where they fit the staging area's `capacity`
+    positions together (at least max_len)."""
+    capacity = max(capacity, max_len)
     shapes = []
     for bucket in prefill_buckets(max_len):
         n = 1
-        while n <= max_rows and n * bucket <= max_len:
+        while n <= max_rows and n * bucket <= capacity:
             shapes.append((n, bucket))
             n *= 2
     return shapes
 
 
+def stage_rows(max_len: int, prefill_tokens: int) -> int:
+    """Cache rows of the staging area: `prefill_tokens` positions, and at least one row."""
+    return max(1, -(-prefill_tokens // max_len))
+
+
 def stage_view(stage: KVCache, n: int, bucket: int) -> KVCache:
-    """The staging row's K and V (one row of max_len positions, contiguous) seen as n rows
+    """The staging rows' K and V (contiguous: rows are the outer dimension) seen as n rows
     of `bucket` positions."""
 
     def view(t: torch.Tensor) -> torch.Tensor:
@@ -210,6 +219,7 @@ class BatchRunner:
         seed: int = 0,
         staged_prefill: bool | None = None,
         prefill_rows: int = PREFILL_ROWS,
+        prefill_tokens: int = 0,
     ) -> None:
         assert max_batch >= 1 and 1 <= max_len <= model.max_seq_len, (max_batch, max_len)
         dev = model.device
@@ -225,17 +235,19 @@ class BatchRunner:
         self.staged = self.use_graph if staged_prefill is None else staged_prefill
         self.prefill_lens = prefill_buckets(max_len) if self.staged else []
         self.prefill_rows = max(1, min(prefill_rows, max_batch)) if self.staged else 1
+        self.stage_rows = stage_rows(max_len, prefill_tokens) if self.staged else 0
+        capacity = self.stage_rows * max_len  # positions of the staging area
         self.prefill_shapes = (
-            prefill_shapes(max_len, self.prefill_rows) if self.staged else []
+            prefill_shapes(max_len, self.prefill_rows, capacity) if self.staged else []
         )  # (prompts, length bucket) of each staged prefill
         self.plan = check_kv_fits(
-            model, max_batch, max_len, sum(self.batch_sizes) * len(self.bounds), int(self.staged)
+            model, max_batch, max_len, sum(self.batch_sizes) * len(self.bounds), self.stage_rows
         )
-        # rows 0..max_batch-1: the slots; row max_batch: the staged prefill's (if any)
-        self.cache = model.new_cache(max_batch + int(self.staged), max_len)
-        stage = cache_rows(self.cache, max_batch, max_batch + 1)
+        # rows 0..max_batch-1: the slots; then the staged prefill's rows (if any)
+        self.cache = model.new_cache(max_batch + self.stage_rows, max_len)
+        stage = cache_rows(self.cache, max_batch, max_batch + self.stage_rows)
         self._stage_views = {shape: stage_view(stage, *shape) for shape in self.prefill_shapes}
-        self._prompt = torch.zeros(max_len, dtype=torch.int64, device=dev)  # [n, bucket] views
+        self._prompt = torch.zeros(max(capacity, 1), dtype=torch.int64, device=dev)  # [n, bucket]
         self._prompt_len = torch.ones(self.prefill_rows, dtype=torch.int64, device=dev)
         self._prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._prefill_logits: dict[tuple[int, int], torch.Tensor] = {}
@@ -303,10 +315,20 @@ class BatchRunner:
         pendings = []
         for bucket, group in groups.items():
             while group:
-                n = max(r for r, b in self.prefill_shapes if b == bucket and r <= len(group))
-                pendings.append(self._prefill_together(bucket, group[:n]))
+                n = self._graph_rows(bucket, len(group))
+                pendings.append(self._prefill_together(bucket, group[:n], n))
                 group = group[n:]
         return slots, pendings
+
+    def _graph_rows(self, bucket: int, waiting: int) -> int:
+        """Rows of the staged prefill that takes the next of `waiting` prompts of `bucket`:
+        the next captured size up where it holds at most PAD_TOKENS tokens (the group padded),
+        else the largest size that the group fills."""
+        sizes = sorted(r for r, b in self.prefill_shapes if b == bucket)
+        up = next((r for r in sizes if r >= waiting), None)
+        if up is not None and (up == waiting or up * bucket <= PAD_TOKENS):
+            return up
+        return max(r for r in sizes if r <= waiting)
 
     def _prefill_alone(self, slot: int, ids: list[int], params: RowParams) -> PendingTokens:
         """The plain prefill: the prompt alone, unpadded, straight into its slot's row."""
@@ -324,14 +346,18 @@ class BatchRunner:
         return self._readback(first, logits, (slot,), [0])
 
     def _prefill_together(
-        self, bucket: int, items: list[tuple[int, tuple[list[int], RowParams]]]
+        self, bucket: int, items: list[tuple[int, tuple[list[int], RowParams]]], rows: int
     ) -> PendingTokens:
-        """The staged prefill of len(items) prompts of one length bucket (module doc)."""
-        n = len(items)
+        """The staged prefill of the first min(rows, len(items)) prompts of one length
+        bucket over `rows` staging rows: rows past the prompts hold one padding token each,
+        and nothing reads them (module doc)."""
+        items = items[:rows]
+        n = rows
         host = torch.zeros(n, bucket, dtype=torch.int64)
         for b, (_, (ids, _)) in enumerate(items):
             host[b, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        lengths = torch.tensor([len(ids) for _, (ids, _) in items], dtype=torch.int64)
+        lengths = torch.ones(n, dtype=torch.int64)
+        lengths[: len(items)] = torch.tensor([len(ids) for _, (ids, _) in items])
         if self.cuda:
             host, lengths = host.pin_memory(), lengths.pin_memory()
         mark = self.clock.start()
@@ -350,12 +376,13 @@ class BatchRunner:
             dst += [t[slot, :, :T] for t in (*self.cache.k, *self.cache.v)]
             src += [t[b, :, :T] for t in (*stage.k, *stage.v)]
         torch._foreach_copy_(dst, src)
+        logits = logits[: len(items)]
         first = self._first_tokens(logits, [(slot, p) for slot, (_, p) in items])
-        used = int(lengths.sum())
+        used = sum(len(ids) for _, (ids, _) in items)
         self.clock.stop(mark, "prefill", used, n * bucket)
         for slot, (ids, _) in items:
             self._start(slot, len(ids))
-        return self._readback(first, logits, tuple(s for s, _ in items), list(range(n)))
+        return self._readback(first, logits, tuple(s for s, _ in items), list(range(len(items))))
 
     def _first_tokens(
         self, logits: torch.Tensor, rows: list[tuple[int, RowParams]]

@@ -4,8 +4,9 @@
 
 The cache holds `max_batch` sequences of `max_len` positions (engine/cache.py): 2 * L * Hkv *
 D * itemsize bytes per position per sequence (114,688 B for Qwen3-0.6B in bf16). Beside it the
-server needs working memory: one prefill of up to `max_len` tokens (the largest activations:
-the gate/up product, [T, 2I]), the prefill graphs' staging row of the cache, and the logits
+server needs working memory: one prefill of up to `max_len` tokens, or as many as the staging
+rows hold (the largest activations: the gate/up product, [T, 2I]), the prefill graphs' staging
+rows of the cache, and the logits
 of the sampling graphs ([B, V] float32 per batch and context bucket), plus a fixed margin for
 the allocator and the CUDA graphs. On CUDA the budget is the free memory after the weights
 (`torch.cuda.mem_get_info`); on the CPU, MemAvailable. The error names both numbers and what
@@ -50,7 +51,7 @@ def plan_kv(
     widest = 2 * cfg.intermediate_size + (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * (
         cfg.head_dim
     )
-    prefill = max_len * (widest + 4 * cfg.hidden_size) * 4
+    prefill = max(1, staging_rows) * max_len * (widest + 4 * cfg.hidden_size) * 4
     staging = staging_rows * per_position * max_len
     work = MARGIN + prefill + staging + logits_rows * cfg.vocab_size * 4
     free, where = _free_bytes(model.device)

@@ -154,14 +154,18 @@ def rows_stream_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     `stream_programs` (the SMs) and each keeps at least one chunk; K_PER a whole number of
     chunks; `stream_stages` stages, or as many as the device's shared memory holds (a stage:
     the weight and x chunks); PREFETCH `stream_prefetch` chunks asked of L2 (at most K_PER's,
-    rounded up to a power of two)."""
+    rounded up to a power of two). A deep op (K >= 2N: o_proj, down) from `stream_deep_rows`
+    rows takes `stream_deep_n`, `stream_deep_k` and `stream_deep_programs` where they are set."""
     if not tuning.rows_stream or tuning.rows_block_m < M:
         return None
+    deep = K >= 2 * N and tuning.stream_deep_rows <= M
     block_m = max(16, next_pow2(M))
-    block_k = max(16, min(tuning.stream_block_k, next_pow2(K)))
-    block_n = tuning.stream_block_n
+    chunk = (deep and tuning.stream_deep_k) or tuning.stream_block_k
+    block_k = max(16, min(chunk, next_pow2(K)))
+    block_n = (deep and tuning.stream_deep_n) or tuning.stream_block_n
     tiles_n = triton.cdiv(N, block_n)
-    target = tuning.stream_programs or sm_count(device)
+    programs = (deep and tuning.stream_deep_programs) or tuning.stream_programs
+    target = programs or sm_count(device)
     split = 1
     while tiles_n * split * 2 <= target and triton.cdiv(K, split * 2) >= block_k:
         split *= 2

@@ -50,6 +50,13 @@ class DecodeTuning(NamedTuple):
     stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
     stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
     stream_warps: int = 4
+    # The deep ops (K at least twice N: o_proj and down) on the streaming kernel from
+    # stream_deep_rows rows: their own columns a program, K chunk and program target (0: the
+    # stream_* value above)
+    stream_deep_rows: int = 17
+    stream_deep_n: int = 16
+    stream_deep_k: int = 512
+    stream_deep_programs: int = 0
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -115,6 +122,9 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert t.stream_block_n in (16, 32, 64, 128) and t.stream_warps in (1, 2, 4, 8), "stream"
     assert t.stream_block_k in (32, 64, 128, 256, 512) and t.stream_stages >= 1, "stream"
     assert t.stream_prefetch >= 0 and t.stream_programs >= 0, "stream"
+    assert t.stream_deep_n in (0, 16, 32, 64, 128), "stream_deep_n"
+    assert t.stream_deep_k in (0, 32, 64, 128, 256, 512), "stream_deep_k"
+    assert t.stream_deep_programs >= 0 and t.stream_deep_rows >= 1, "stream_deep_programs/rows"
     whole, whole_rows = t.rows_whole_k, t.rows_whole_k_rows
     assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
     assert whole_rows >= 1 and t.rows_whole_k_n in (8, 16, 32), "rows_whole_k_rows/n"

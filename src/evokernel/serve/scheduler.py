@@ -70,7 +70,7 @@ class EngineSettings:
     pdl: bool | None = None
     max_batch: int = 32
     max_len: int = 4096
-    prefill_budget: int = 2048
+    prefill_budget: int = 8192  # prompt tokens a turn admits (and the staging area holds)
     use_graph: bool | None = None
     rows_per_call: int | None = None
     prefill_rows: int = PREFILL_ROWS
@@ -242,6 +242,7 @@ def _start(settings: EngineSettings) -> tuple[Scheduler, dict[str, Any]]:
         rows_per_call=settings.rows_per_call,
         seed=settings.seed,
         prefill_rows=settings.prefill_rows,
+        prefill_tokens=settings.prefill_budget,
     )
     dev = model.device
     info = {

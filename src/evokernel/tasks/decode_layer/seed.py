@@ -50,6 +50,10 @@ STREAM_STAGES = 4  # tune: 3, 4, 6
 STREAM_PREFETCH = 2  # tune: 0, 2, 8
 STREAM_PROGRAMS = 0  # tune: 0, 264
 STREAM_WARPS = 4  # tune: 4, 8
+STREAM_DEEP_ROWS = 17  # tune: 9, 17, 33
+STREAM_DEEP_N = 16  # tune: 0, 16, 32
+STREAM_DEEP_K = 512  # tune: 0, 256, 512
+STREAM_DEEP_PROGRAMS = 0  # tune: 0, 64
 ATTN_BLOCK_N = 64  # tune: 32, 64, 128
 SHORT_BLOCK_N = 16  # tune: 16, 32
 SHORT_WARPS = 0  # tune: 0, 1, 2
@@ -1034,6 +1038,13 @@ class DecodeTuning(NamedTuple):
     stream_prefetch: int = 2  # chunks asked of L2 before the PDL wait (0: none)
     stream_programs: int = 0  # K split until the programs reach this (0: the SMs)
     stream_warps: int = 4
+    # The deep ops (K at least twice N: o_proj and down) on the streaming kernel from
+    # stream_deep_rows rows: their own columns a program, K chunk and program target (0: the
+    # stream_* value above)
+    stream_deep_rows: int = 17
+    stream_deep_n: int = 16
+    stream_deep_k: int = 512
+    stream_deep_programs: int = 0
     attn_block_n: int = 64  # positions per attention tile
     short_block_n: int = 16  # if set, the tile for bounds <= short_max (the first graph bucket)
     short_warps: int = 0  # if set, the attention's warps for bounds <= short_max
@@ -1187,14 +1198,18 @@ def rows_stream_blocks(M, N, K, itemsize, device, tuning, tiles=1):
     `stream_programs` (the SMs) and each keeps at least one chunk; K_PER a whole number of
     chunks; `stream_stages` stages, or as many as the device's shared memory holds (a stage:
     the weight and x chunks); PREFETCH `stream_prefetch` chunks asked of L2 (at most K_PER's,
-    rounded up to a power of two)."""
+    rounded up to a power of two). A deep op (K >= 2N: o_proj, down) from `stream_deep_rows`
+    rows takes `stream_deep_n`, `stream_deep_k` and `stream_deep_programs` where they are set."""
     if not tuning.rows_stream or tuning.rows_block_m < M:
         return None
+    deep = K >= 2 * N and tuning.stream_deep_rows <= M
     block_m = max(16, next_pow2(M))
-    block_k = max(16, min(tuning.stream_block_k, next_pow2(K)))
-    block_n = tuning.stream_block_n
+    chunk = (deep and tuning.stream_deep_k) or tuning.stream_block_k
+    block_k = max(16, min(chunk, next_pow2(K)))
+    block_n = (deep and tuning.stream_deep_n) or tuning.stream_block_n
     tiles_n = triton.cdiv(N, block_n)
-    target = tuning.stream_programs or sm_count(device)
+    programs = (deep and tuning.stream_deep_programs) or tuning.stream_programs
+    target = programs or sm_count(device)
     split = 1
     while tiles_n * split * 2 <= target and triton.cdiv(K, split * 2) >= block_k:
         split *= 2
@@ -1457,6 +1472,10 @@ def _tuning():
         stream_prefetch=STREAM_PREFETCH,
         stream_programs=STREAM_PROGRAMS,
         stream_warps=STREAM_WARPS,
+        stream_deep_rows=STREAM_DEEP_ROWS,
+        stream_deep_n=STREAM_DEEP_N,
+        stream_deep_k=STREAM_DEEP_K,
+        stream_deep_programs=STREAM_DEEP_PROGRAMS,
         attn_block_n=ATTN_BLOCK_N,
         short_block_n=SHORT_BLOCK_N,
         short_warps=SHORT_WARPS,
