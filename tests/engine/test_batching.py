@@ -163,6 +163,8 @@ def test_a_group_is_padded_up_to_a_captured_size_or_split(model, monkeypatch, pa
         model, 8, MAX_LEN, staged_prefill=True, prefill_rows=4, prefill_tokens=2 * MAX_LEN
     )
     assert staged.stage_rows == 2 and staged.cache.k[0].shape[0] == 8 + 2
+    huge = BatchRunner(model, 8, MAX_LEN, staged_prefill=True, prefill_rows=4, prefill_tokens=10**9)
+    assert huge.stage_rows == 4  # a launch holds at most prefill_rows prompts of max_len
     assert (2, 256) in staged.prefill_shapes and (4, 128) in staged.prefill_shapes
     with torch.inference_mode():
         want = [plain.admit(p, GREEDY)[1].wait().tokens[0] for p in ps]

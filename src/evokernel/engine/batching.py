@@ -235,7 +235,10 @@ class BatchRunner:
         self.staged = self.use_graph if staged_prefill is None else staged_prefill
         self.prefill_lens = prefill_buckets(max_len) if self.staged else []
         self.prefill_rows = max(1, min(prefill_rows, max_batch)) if self.staged else 1
-        self.stage_rows = stage_rows(max_len, prefill_tokens) if self.staged else 0
+        # no launch holds more than prefill_rows prompts of max_len: a larger budget needs no
+        # more staging
+        capped = min(prefill_tokens, self.prefill_rows * max_len)
+        self.stage_rows = stage_rows(max_len, capped) if self.staged else 0
         capacity = self.stage_rows * max_len  # positions of the staging area
         self.prefill_shapes = (
             prefill_shapes(max_len, self.prefill_rows, capacity) if self.staged else []
