@@ -38,7 +38,8 @@ what a decode step does whatever its rows hold, so n prompts together cost littl
 one). Each graph (`prefill_shapes`: n prompts of one bucket, n a power of two, n x bucket <=
 the staging capacity) prefills n prompts, right-padded with id 0 in a static buffer, their
 lengths in another, into a staging area of the cache (`stage_rows` rows after the slots, never
-a slot, holding `prefill_tokens` positions or more, seen as n rows of `bucket` positions); then
+a slot: `prefill_tokens` positions rounded up to whole rows, at most `prefill_rows` rows, seen
+as n rows of `bucket` positions); then
 positions 0..T-1 of each staging row are copied into its slot's row. A group whose size has no
 graph is padded up to the next size with one-token rows nobody reads where that size holds at
 most `PAD_TOKENS` tokens (there a launch costs about the same for any n: it is latency-bound),
