@@ -78,6 +78,16 @@ def test_sequences_joining_and_leaving_get_their_tokens_alone(model, rows_per_ca
     assert [got[i][:n] for i in range(len(ps))] == want
 
 
+def assert_same_rows_and_steps(plain, staged, slot_prompts, steps: int) -> None:
+    """Each prompt's KV rows in its slot equal in both runners, then `steps` steps give
+    equal tokens."""
+    for slot, p in slot_prompts:
+        for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
+            torch.testing.assert_close(t[slot, :, : len(p)], u[slot, :, : len(p)])
+    for _ in range(steps):
+        assert plain.step().wait().tokens == staged.step().wait().tokens
+
+
 def test_staged_prefill_pads_to_its_bucket_and_changes_nothing(model):
     """The staged prefill (what the CUDA prefill graphs run, here eagerly): prompts padded to
     their length bucket in the staging row, then copied into their slots, give the same
@@ -130,11 +140,7 @@ def test_prompts_prefilled_together_match_each_alone(model):
             assert (got[slot][1] is None) == (out.logprobs[0] is None)
             if out.logprobs[0] is not None:
                 assert got[slot][1] == pytest.approx(out.logprobs[0], abs=1e-5)
-        for slot, p in zip(slots, ps):
-            for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
-                torch.testing.assert_close(t[slot, :, : len(p)], u[slot, :, : len(p)])
-        for _ in range(4):
-            assert plain.step().wait().tokens == staged.step().wait().tokens
+        assert_same_rows_and_steps(plain, staged, zip(slots, ps), steps=4)
     staged.clock.collect()
     pre = staged.clock.snapshot()["prefill"]
     assert pre["launches"] == 4 and pre["units"] == sum(map(len, ps))
@@ -175,11 +181,7 @@ def test_a_group_is_padded_up_to_a_captured_size_or_split(model, monkeypatch, pa
         for pending in pendings:
             got.update(zip(pending.slots, pending.wait().tokens))
         assert [got[s] for s in slots] == want
-        for slot, p in zip(slots, ps):
-            for t, u in zip((*plain.cache.k, *plain.cache.v), (*staged.cache.k, *staged.cache.v)):
-                torch.testing.assert_close(t[slot, :, : len(p)], u[slot, :, : len(p)])
-        for _ in range(3):
-            assert plain.step().wait().tokens == staged.step().wait().tokens
+        assert_same_rows_and_steps(plain, staged, zip(slots, ps), steps=3)
     staged.clock.collect()
     pre = staged.clock.snapshot()["prefill"]
     assert pre["units"] == sum(map(len, ps))
