@@ -206,6 +206,28 @@ def _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES: tl.constexpr):
 
 
 @triton.jit
+def _tile_end(
+    acc, acc_u, s, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr, part_ptr,
+    stride_out, stride_res, dtype: tl.constexpr, SPLIT: tl.constexpr, TILES: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, WRITE_LOGITS: tl.constexpr,
+    ARGMAX: tl.constexpr,
+):  # fmt: skip
+    """A split kernel's [rows_m, cols_n] tile of products (acc; acc_u the up rows'): the
+    epilogue where the program has the whole K (SPLIT == 1), else its float32 partials stored
+    in part[s] for `_split_merge`."""
+    if SPLIT == 1:
+        _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
+                  ARGMAX)  # fmt: skip
+    else:
+        live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
+        dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
+        tl.store(dst, acc, mask=live)
+        if EPILOGUE == 2:
+            tl.store(dst + M * N, acc_u, mask=live)
+
+
+@triton.jit
 def rows_gemv_kernel(
     x_ptr,  # [M, K]
     norm_ptr,  # [K] (NORM)
@@ -277,16 +299,9 @@ def rows_gemv_kernel(
         if EPILOGUE == 2:
             acc_u = _dot4(xa, xb, xc, xd, ua, ub, uc, ud, norm_ptr, rstd, k0, KS, K, NORM,
                           IEEE, SWAP)  # fmt: skip
-        if SPLIT == 1:
-            _epilogue(acc, acc_u, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
-                      stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE, WRITE_LOGITS,
-                      ARGMAX)  # fmt: skip
-        else:
-            live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-            dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
-            tl.store(dst, acc, mask=live)
-            if EPILOGUE == 2:
-                tl.store(dst + M * N, acc_u, mask=live)
+        _tile_end(acc, acc_u, s, rows_m, cols_n, col0, M, N, bias, out_ptr, res_ptr, key_ptr,
+                  part_ptr, stride_out, stride_res, dtype, SPLIT, TILES, HAS_BIAS, EPILOGUE,
+                  WRITE_LOGITS, ARGMAX)  # fmt: skip
 
     if SPLIT > 1:
         _split_merge(part_ptr, ticket_ptr, pid_n, rows_m0, cols_n, col0, M, N, bias, out_ptr,
@@ -513,16 +528,9 @@ def rows_stream_kernel(
         acc = _mma_acc(_chunk(w_ptr, cols_n, N, stride_w, ks, K), xt, acc, IEEE)
         if EPILOGUE == 2:
             acc_u = _mma_acc(_chunk(up_ptr, cols_n, N, stride_w, ks, K), xt, acc_u, IEEE)
-    if SPLIT == 1:
-        _epilogue(tl.trans(acc), tl.trans(acc_u), rows_m, cols_n, col0, M, N, bias, out_ptr,
-                  res_ptr, key_ptr, stride_out, stride_res, dtype, HAS_BIAS, EPILOGUE,
-                  WRITE_LOGITS, ARGMAX)  # fmt: skip
-    else:
-        live = (rows_m[:, None] < M) & (cols_n[None, :] < N)
-        dst = _partial_ptrs(part_ptr, s, rows_m, cols_n, M, N, TILES)
-        tl.store(dst, tl.trans(acc), mask=live)
-        if EPILOGUE == 2:
-            tl.store(dst + M * N, tl.trans(acc_u), mask=live)
+    _tile_end(tl.trans(acc), tl.trans(acc_u), s, rows_m, cols_n, col0, M, N, bias, out_ptr,
+              res_ptr, key_ptr, part_ptr, stride_out, stride_res, dtype, SPLIT, TILES, HAS_BIAS,
+              EPILOGUE, WRITE_LOGITS, ARGMAX)  # fmt: skip
 
     if SPLIT > 1:
         _split_merge(part_ptr, ticket_ptr, pid_n, rows_m, cols_n, col0, M, N, bias, out_ptr,
