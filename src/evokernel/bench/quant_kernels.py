@@ -57,6 +57,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "magic": {"dequant": "magic"},
     "early": {"dequant": "early"},
     "interleave": {"dequant": "interleave"},
+    # the CUDA 4-bit kernel (ops/quant_cuda.py; other formats and the head: their Triton
+    # fallback), with its default launch or another CTA size / pipeline depth
+    "cuda": {"dequant": "cuda"},
+    "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
+    "cuda-w16": {"dequant": "cuda", "gemv_warps": 16},
+    "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6
@@ -140,17 +146,20 @@ def _replace(tuning: Any, **changes: Any) -> Any:
 def measure(
     shape: str, proj: str, fmt: str, variant: str, rows: int, reps: int, gbps: float
 ) -> dict[str, Any]:
-    from evokernel.ops import quant
+    from evokernel.ops import quant, quant_cuda
     from evokernel.ops.registry import pdl_supported
 
     overrides = dict(VARIANTS[variant])
     pdl = overrides.pop("pdl", pdl_supported())
     dequant = overrides.pop("dequant", quant.DEQUANT)
+    launch = quant_cuda.DEFAULT_LAUNCH
     saved, quant.DEQUANT = quant.DEQUANT, dequant
+    quant_cuda.DEFAULT_LAUNCH = launch._replace(pipe=overrides.pop("cuda_pipe", launch.pipe))
     try:
         return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
     finally:
         quant.DEQUANT = saved
+        quant_cuda.DEFAULT_LAUNCH = launch
 
 
 def _measure(

@@ -38,8 +38,9 @@ from typing import Any
 
 import torch
 
-from evokernel.model.quant.packed import Fp8Weight, IntWeight
+from evokernel.model.quant.packed import Fp8Weight, Int4Weight, IntWeight
 from evokernel.model.weights import PackedWeight
+from evokernel.ops import quant_cuda
 from evokernel.ops.grid import cdiv, check_rows, next_pow2
 from evokernel.ops.layer import sm_count
 from evokernel.ops.tuning import DEFAULT, QUANT_MODES, QUANT_OPS, DecodeTuning
@@ -52,7 +53,11 @@ LINEAR_KERNEL_ROWS = 16
 #                 for 4 bytes a value: half the values a program);
 #   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
 #                 activations load contiguously, or through act-order's permutation in
-#                 column order (8 bits: "convert").
+#                 column order (8 bits: "convert");
+#   "cuda"        (4 bits, one activation row) the CUDA C++ streaming kernel of
+#                 ops/quant_cuda.py, where it applies; elsewhere (more rows, a CPU, no nvcc,
+#                 a K or group size not a multiple of 32, the head) the rule's Triton
+#                 `fallback`, the first non-"cuda" rule that covers the K.
 # The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
 # warps): the first whose max K (None: any) is at least the weight's K applies (warps 0: by
 # the tile's values). Each is the fastest in `bench/quant_kernels.py` runs on an H100 at
@@ -80,9 +85,14 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("int8", "linear_residual"): ((None, "magic", 0),),
     ("int8", "gate_up"): ((2048, "convert", 0), (None, "convert", 4)),
     ("int8", "head"): ((None, "convert", 4),),
-    ("int4", "norm_linear"): ((1024, "magic", 0), (2048, "interleave", 0), (None, "interleave", 4)),
-    ("int4", "linear_residual"): ((None, "interleave", 4),),
-    ("int4", "gate_up"): ((2048, "interleave", 0), (None, "interleave", 4)),
+    ("int4", "norm_linear"): (
+        (None, "cuda", 0),
+        (1024, "magic", 0),
+        (2048, "interleave", 0),
+        (None, "interleave", 4),
+    ),
+    ("int4", "linear_residual"): ((None, "cuda", 0), (None, "interleave", 4)),
+    ("int4", "gate_up"): ((None, "cuda", 0), (2048, "interleave", 0), (None, "interleave", 4)),
     ("int4", "head"): ((None, "interleave", 4),),
 }
 DEQUANT: str | None = None
@@ -132,16 +142,26 @@ def choice(w: PackedWeight, op: str, tuning: DecodeTuning = DEFAULT) -> Choice:
     return DEQUANT or mode, warps, 0
 
 
+def fallback(w: PackedWeight, op: str) -> str:
+    """The Triton mode a "cuda" choice runs where the CUDA kernel does not apply: the first
+    of `CHOICES`' non-"cuda" rules for the format and op that covers the weight's K."""
+    K = w.shape[1]
+    rules = CHOICES.get((w.format, op), ((None, "convert", 0),))
+    return next(m for k, m, _ in rules if m != "cuda" and (k is None or k >= K))
+
+
 def modes(w: PackedWeight, op: str) -> tuple[str, ...]:
     """The dequantisation modes `op` may run `w` with (`tune`'s declared space for them):
     every mode of its format, except the 4-bit per-value passes above K 1,024 (3-17x
-    slower than `interleave` there: the known-bad region, never sampled)."""
+    slower than `interleave` there: the known-bad region, never sampled); "cuda" for a
+    4-bit weight the CUDA kernel is written for (not the head)."""
     assert op in OPS, op
     if w.format != "int4":
         return ("convert", "magic", "early")
+    cuda = ("cuda",) if op != "head" and quant_cuda.shape_fits(w) else ()
     if w.shape[1] > PER_VALUE_MAX_K:
-        return ("interleave",)
-    return ("interleave", "convert", "magic", "early")
+        return ("interleave", *cuda)
+    return ("interleave", "convert", "magic", "early", *cuda)
 
 
 def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFAULT) -> Layout:
@@ -155,6 +175,8 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
     (4,096-12,288; docs/perf-log.md)."""
     _N, K = w.shape
     mode, warps, tile = choice(w, op, tuning)
+    if mode == "cuda":
+        mode = fallback(w, op)
     deq = DEQ_CODES[mode]
     magic = mode == "magic"
     if isinstance(w, Fp8Weight):
@@ -191,6 +213,19 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
     return Layout((q, s, z, p), (q.stride(0), s.stride(0), z.stride(0)), meta, row_bytes,
                   ng * gb * (8 // w.bits), warps, tile,
                   None if in_kernel else w.perm)  # fmt: skip
+
+
+def cuda_launch(
+    w: PackedWeight, op: str, x: torch.Tensor, tuning: DecodeTuning
+) -> quant_cuda.Launch | None:
+    """The CUDA kernel's launch settings where `op` runs `w` on it for these rows (its choice
+    is "cuda" and `quant_cuda.applies`), else None. `tuning.gemv_warps`, else the choice's
+    warps, when set, are the CTA's."""
+    mode, warps, _tile = choice(w, op, tuning)
+    if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w):
+        return None
+    base = quant_cuda.DEFAULT_LAUNCH
+    return base._replace(warps=tuning.gemv_warps or warps or base.warps)
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -265,6 +300,12 @@ def _gemv(
     x = lay.stored(x, 1)
     if norm_weight is not None:
         norm_weight = lay.stored(norm_weight, 0)
+    settings = cuda_launch(weight, "norm_linear", x, tuning)
+    if settings is not None:
+        assert isinstance(weight, Int4Weight)
+        quant_cuda.launch(quant_cuda.OP_LINEAR, x, weight, y, norm_weight=norm_weight, eps=eps,
+                          bias=bias, pdl=tuning.pdl, settings=settings)  # fmt: skip
+        return y
     bn = block_n(N, lay, x.device, tuning)
     quant_norm_gemv_kernel[(cdiv(N, bn),)](
         x, norm_weight if norm_weight is not None else x, *lay.tensors,
@@ -301,6 +342,12 @@ def linear_residual(
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
     lay = _check(weight, x, "linear_residual", tuning)
     x = lay.stored(x, 1)
+    settings = cuda_launch(weight, "linear_residual", x, tuning)
+    if settings is not None and residual.is_contiguous():
+        assert isinstance(weight, Int4Weight)
+        quant_cuda.launch(quant_cuda.OP_RESIDUAL, x, weight, residual, pdl=tuning.pdl,
+                          settings=settings)  # fmt: skip
+        return residual
     bn = block_n(N, lay, x.device, tuning)
     quant_gemv_add_kernel[(cdiv(N, bn),)](
         x, *lay.tensors, residual, M, N, x.stride(0), *lay.strides, residual.stride(0),
@@ -327,6 +374,12 @@ def norm_gate_up_silu(
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
+    settings = cuda_launch(gate_up, "gate_up", x, tuning)
+    if settings is not None:
+        assert isinstance(gate_up, Int4Weight)
+        quant_cuda.launch(quant_cuda.OP_GATE_UP, x, gate_up, act, norm_weight=norm_weight,
+                          eps=eps, pdl=tuning.pdl, settings=settings)  # fmt: skip
+        return act
     bn = block_n(inter, lay, x.device, tuning, tiles=2)
     quant_norm_gate_up_kernel[(cdiv(inter, bn),)](
         x, norm_weight, *lay.tensors, act, M, inter, x.stride(0), *lay.strides, act.stride(0),

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 # The names a `quant` entry may use (ops/quant.py: formats of model/quant/packed.py, the
-# fused ops, the dequantisation modes of kernels/quant_gemv.py).
+# fused ops, the dequantisation modes of kernels/quant_gemv.py, and "cuda": the CUDA C++
+# 4-bit kernel of ops/quant_cuda.py where it applies, else the first Triton rule).
 QUANT_FORMATS = ("fp8", "int8", "int4")
 QUANT_OPS = ("norm_linear", "linear_residual", "gate_up", "head")
-QUANT_MODES = ("convert", "magic", "early", "interleave")
+QUANT_MODES = ("convert", "magic", "early", "interleave", "cuda")
 
 
 class DecodeTuning(NamedTuple):

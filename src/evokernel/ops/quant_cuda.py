@@ -1,0 +1,129 @@
+"""Launcher of the CUDA C++ 4-bit decode GEMV (kernels/cuda/int4_gemv.cu), for one activation row.
+
+    if applies(x, weight):
+        launch(OP_LINEAR, x, weight, out, norm_weight=n, eps=eps, bias=b, pdl=True)
+
+Same results as kernels/quant_gemv.py's fused kernels (ops/quant.py's signatures, one row):
+  OP_LINEAR    out [1, N] = round(W @ rms_norm?(x) + bias?)     (norm_linear, linear)
+  OP_RESIDUAL  out [1, N] += round(W @ x), in place              (linear_residual)
+  OP_GATE_UP   out [1, I] = silu(round(Wg @ n)) * round(Wu @ n)  (norm_gate_up_silu)
+
+For the shapes it is written for: an `Int4Weight` whose K and group size are multiples of 32,
+whose act-order permutation (if any) the launcher of ops/quant.py gathers first (`Layout.stored`),
+one bfloat16 or float16 row, 16-byte aligned, on sm_90+ with nvcc to build it
+(ops/cuda_build.py). Elsewhere `applies` is False and the caller keeps the Triton kernels.
+
+Why CUDA: a streaming GEMV wants every SM to keep many 16-byte loads in flight and to spend
+the fewest instructions a packed value (three here: a mask-and-or into a float's mantissa, a
+subtract, a multiply-add); the Triton kernels hold a program's whole tile in registers and run
+at 22-44% of the 4-bit byte floor at Qwen3-8B's shapes (docs/perf-log.md).
+
+Launch settings (`Launch`): warps a CTA, the pipeline depth (items of loads in flight a warp:
+2 or 3) and CTAs an SM (0: as many as fit). The grid is persistent: at most as many CTAs as fit
+on the GPU at once, each staging the activation row once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import NamedTuple
+
+import torch
+
+from evokernel.model.quant.packed import Int4Weight
+from evokernel.ops import cuda_build
+
+NAME = "int4_gemv"
+OP_LINEAR, OP_RESIDUAL, OP_GATE_UP = 0, 1, 2
+CHUNK = 32  # values in one lane's 16-byte load: K and the group size are multiples of it
+DTYPES = {torch.bfloat16: 0, torch.float16: 1}
+SCALE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
+
+
+class Launch(NamedTuple):
+    warps: int = 8  # a CTA's warps (1..16)
+    pipe: int = 3  # items of loads in flight a warp (2 or 3)
+    ctas: int = 0  # CTAs an SM (0: as many as fit)
+
+
+DEFAULT_LAUNCH = Launch()
+
+
+@functools.cache
+def library(device: torch.device) -> ctypes.CDLL | None:
+    """The built library with its launcher's C signature declared, or None (once per device)."""
+    lib = cuda_build.cuda_library(NAME, device)
+    if lib is not None:
+        cuda_build.declare_launcher(lib, "evk_int4_gemv")
+    return lib
+
+
+def shape_fits(weight: object) -> bool:
+    """Whether the kernel is written for this weight's layout (host-side facts only)."""
+    if not isinstance(weight, Int4Weight):
+        return False
+    _N, K = weight.shape
+    return (
+        K % CHUNK == 0 and weight.group_size % CHUNK == 0 and (weight.scales.dtype in SCALE_CODES)
+    )
+
+
+def applies(x: torch.Tensor, weight: object) -> bool:
+    """Whether the CUDA kernel serves this call: one row of a supported dtype on an sm_90+
+    device, a weight `shape_fits`, aligned tensors and a built library."""
+    if x.device.type != "cuda" or x.dim() != 2 or x.shape[0] != 1 or x.dtype not in DTYPES:
+        return False
+    if x.stride(1) != 1:
+        return False
+    if not shape_fits(weight) or torch.cuda.get_device_capability(x.device) < (9, 0):
+        return False
+    assert isinstance(weight, Int4Weight)
+    if weight.qweight.data_ptr() % 16 or x.data_ptr() % 16 or not weight.qweight.is_contiguous():
+        return False
+    return library(x.device) is not None
+
+
+def launch(
+    op: int, x: torch.Tensor, weight: Int4Weight, out: torch.Tensor, *,
+    norm_weight: torch.Tensor | None = None, eps: float = 0.0, bias: torch.Tensor | None = None,
+    pdl: bool = True, settings: Launch = DEFAULT_LAUNCH,
+) -> None:  # fmt: skip
+    """One launch (`applies` must hold): x [1, K] (in the weight's stored column order), out
+    [1, N] (OP_RESIDUAL: the residual, updated in place; OP_GATE_UP: [1, N / 2])."""
+    lib = library(x.device)
+    assert lib is not None, "the CUDA 4-bit GEMV library is not available (check applies())"
+    N, K = weight.shape
+    n_out = N // 2 if op == OP_GATE_UP else N
+    assert out.shape == (1, n_out) and out.dtype == x.dtype and out.is_contiguous()
+    flags = 0
+    if norm_weight is not None:
+        assert norm_weight.shape == (K,) and norm_weight.is_contiguous()
+        assert norm_weight.data_ptr() % 16 == 0
+        flags |= F_NORM
+    if bias is not None:
+        assert bias.shape == (N,) and bias.is_contiguous()
+        flags |= F_BIAS
+    scales = weight.scales
+    zeros = weight.zeros
+    assert scales.is_contiguous() and (zeros is None or zeros.is_contiguous())
+    if zeros is not None:
+        flags |= F_ZEROS
+    ptrs = (ctypes.c_void_p * 7)(
+        x.data_ptr(), (norm_weight if norm_weight is not None else x).data_ptr(),
+        (bias if bias is not None else x).data_ptr(), weight.qweight.data_ptr(),
+        scales.data_ptr(), (zeros if zeros is not None else scales).data_ptr(), out.data_ptr(),
+    )  # fmt: skip
+    floats = (ctypes.c_float * 1)(eps)
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    ints = (ctypes.c_int * 13)(
+        op, N, n_out, K, weight.groups, weight.group_size // CHUNK, SCALE_CODES[scales.dtype],
+        weight.zero_offset, flags, settings.warps, settings.pipe, settings.ctas, index,
+    )  # fmt: skip
+    strides = (ctypes.c_int64 * 1)(0)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    err = lib.evk_int4_gemv(DTYPES[x.dtype], int(pdl), ptrs, floats, ints, strides,
+                            ctypes.c_void_p(stream))  # fmt: skip
+    if err != 0:
+        raise RuntimeError(f"CUDA 4-bit GEMV launch failed: {lib.evk_error_string(err).decode()}")
