@@ -1,10 +1,11 @@
 """The CUDA C++ 4-bit decode GEMV (ops/quant_cuda.py, kernels/cuda/int4_gemv.cu) vs the float32
 torch references and the Triton kernels, on the shapes it serves: one activation row, K and the
-group size multiples of 32, N and I odd (row groups cut short), groups of 32 / 64 / 128 / one
-per row, symmetric and asymmetric zero points (GPTQ v1's offset too), float16 / bfloat16 /
-float32 scales, act-order gathered by the launcher, every launch setting, inside a CUDA graph
-with PDL. Where it does not serve (a CPU, several rows, the head, a K not a multiple of 32) a
-"cuda" choice runs the Triton kernels. Running it needs a GPU; building it needs nvcc."""
+group size multiples of 128, N and I odd (row groups cut short), groups of 128 / 256 / one per
+row, fewer chunks than warps, symmetric and asymmetric zero points (GPTQ v1's offset too),
+float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting,
+inside a CUDA graph with PDL. Where it does not serve (a CPU, several rows, the head, a K or
+group size not a multiple of 128) a "cuda" choice runs the Triton kernels. Running it needs a
+GPU; building it needs nvcc."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ CUDA = DEFAULT._replace(pdl=True)
 
 # (N, K, group, zeros, zero offset, scale dtype)
 CASES = [
-    (37, 96, 32, True, 0, torch.float16),
+    (37, 128, 128, True, 0, torch.float16),
     (130, 2560, 128, False, 0, torch.bfloat16),
-    (4099, 1024, 64, True, 1, torch.float32),
+    (4099, 1024, 256, True, 1, torch.float32),
     (258, 4096, -1, True, 0, torch.float16),
     (1001, 12288, 128, False, 0, torch.float16),
+    (24, 384, -1, False, 0, torch.bfloat16),
 ]
 IDS = [f"{c[0]}x{c[1]}-g{c[2]}{'-z' if c[3] else ''}{'-v1' if c[4] else ''}" for c in CASES]
 
@@ -58,14 +60,14 @@ def _force_cuda(monkeypatch) -> None:
 
 
 def test_the_cuda_choice_falls_back_to_triton_where_it_does_not_apply(monkeypatch) -> None:
-    w = _weight(40, 96, 32, True, 0, torch.float16, "cpu")
-    x, norm_w = _inputs(96, torch.float32, "cpu")
+    w = _weight(40, 128, 128, True, 0, torch.float16, "cpu")
+    x, norm_w = _inputs(128, torch.float32, "cpu")
     assert not quant_cuda.applies(x, w)  # not a CUDA device
     assert quant.cuda_launch(w, "norm_linear", x, CUDA) is None
     _force_cuda(monkeypatch)
     assert quant.choice(w, "norm_linear")[0] == "cuda"
     lay = quant.layout(w, "norm_linear")
-    assert lay.meta["DEQ"] == quant.DEQ_CODES[quant.fallback(w, "norm_linear")]
+    assert lay.meta["DEQ"] == quant.DEQ_CODES[quant.fallback(w, "norm_linear")[0]]
     assert_close(quant.norm_linear(x, norm_w, w, EPS), ref_norm_linear(x, norm_w, w), "y")
 
 
@@ -74,7 +76,8 @@ def test_the_declared_space_offers_cuda_only_where_the_kernel_is_written_for() -
     assert "cuda" in quant.modes(int_weight(64, 2048, 4, 128, g), "gate_up")
     assert "cuda" in quant.modes(int_weight(64, 1024, 4, 128, g), "norm_linear")
     assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 128, g), "head")
-    assert "cuda" not in quant.modes(int_weight(64, 1000, 4, 40, g), "norm_linear")  # K % 32
+    assert "cuda" not in quant.modes(int_weight(64, 1000, 4, 40, g), "norm_linear")  # K % 128
+    assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 64, g), "norm_linear")  # group
     assert "cuda" not in quant.modes(int_weight(64, 1024, 8, 128, g), "norm_linear")
     assert not quant_cuda.shape_fits(int_weight(64, 1024, 8, 128, g))
 
@@ -119,7 +122,7 @@ def test_the_fused_ops_match_the_references_and_triton(case, dtype, monkeypatch)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("settings", [(4, 2, 0), (8, 3, 1), (16, 2, 0), (1, 3, 0)])
+@pytest.mark.parametrize("settings", [(4, 2, 0), (8, 3, 1), (16, 2, 0), (1, 3, 0), (3, 3, 0)])
 def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
     w = _weight(517, 2048, 128, True, 0, torch.float16, "cuda")
     x, norm_w = _inputs(2048, torch.bfloat16, "cuda")

@@ -185,15 +185,21 @@ def test_every_dequantisation_gives_the_same_products(kind, device, monkeypatch)
 def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     g = torch.Generator().manual_seed(1)
     small, large = int_weight(64, 1024, 4, 128, g), int_weight(64, 4096, 4, 128, g)
+    deep = int_weight(64, 12288, 4, 128, g)
     rules = quant.CHOICES[("int4", "norm_linear")]
     assert quant.choice(small, "norm_linear") == (*rules[0][1:], 0)
-    assert quant.choice(large, "norm_linear") == (*rules[-1][1:], 0)
+    # "cuda" choices run the first Triton rule that covers the K where the kernel does not
+    assert quant.fallback(small, "norm_linear") == rules[1][1:]
+    assert quant.fallback(large, "norm_linear") == rules[-1][1:]
+    assert quant.layout(large, "norm_linear").warps == rules[-1][2]
+    residual = quant.CHOICES[("int4", "linear_residual")]
+    assert quant.choice(large, "linear_residual") == (*residual[0][1:], 0)
+    assert quant.choice(deep, "linear_residual") == (*residual[1][1:], 0)
     assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][-1][2]
     middle = int_weight(64, 2048, 4, 128, g)  # no strided 4-bit passes past K 1,024
-    assert quant.choice(middle, "norm_linear")[0] == "interleave"
+    assert quant.fallback(middle, "norm_linear")[0] == "interleave"
     monkeypatch.setattr(quant, "DEQUANT", "convert")  # forces the mode, keeps the warps
-    want = ("convert", quant.CHOICES[("int4", "gate_up")][-1][2], 0)
-    assert quant.choice(large, "gate_up") == want
+    assert quant.choice(large, "linear_residual") == ("convert", residual[0][2], 0)
     with pytest.raises(AssertionError):
         quant.choice(small, "attention")
 
@@ -224,8 +230,8 @@ def test_a_tuning_entry_overrides_the_table_for_its_format_op_and_k() -> None:
 def test_the_declared_modes_leave_out_the_known_bad_region() -> None:
     g = torch.Generator().manual_seed(1)
     assert quant.modes(int_weight(64, 1024, 4, 128, g), "norm_linear") == (
-        "interleave", "convert", "magic", "early")  # fmt: skip
-    assert quant.modes(int_weight(64, 2048, 4, 128, g), "gate_up") == ("interleave",)
+        "interleave", "convert", "magic", "early", "cuda")  # fmt: skip
+    assert quant.modes(int_weight(64, 2048, 4, 128, g), "gate_up") == ("interleave", "cuda")
     assert "interleave" not in quant.modes(int_weight(64, 2048, 8, 128, g), "head")
 
 

@@ -91,7 +91,11 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
         (2048, "interleave", 0),
         (None, "interleave", 4),
     ),
-    ("int4", "linear_residual"): ((None, "cuda", 0), (None, "interleave", 4)),
+    ("int4", "linear_residual"): (
+        (4096, "interleave", 4),
+        (None, "cuda", 16),
+        (None, "interleave", 4),
+    ),
     ("int4", "gate_up"): ((None, "cuda", 0), (2048, "interleave", 0), (None, "interleave", 4)),
     ("int4", "head"): ((None, "interleave", 4),),
 }
@@ -142,12 +146,12 @@ def choice(w: PackedWeight, op: str, tuning: DecodeTuning = DEFAULT) -> Choice:
     return DEQUANT or mode, warps, 0
 
 
-def fallback(w: PackedWeight, op: str) -> str:
-    """The Triton mode a "cuda" choice runs where the CUDA kernel does not apply: the first
-    of `CHOICES`' non-"cuda" rules for the format and op that covers the weight's K."""
+def fallback(w: PackedWeight, op: str) -> tuple[str, int]:
+    """The Triton (mode, warps) a "cuda" choice runs where the CUDA kernel does not apply: the
+    first of `CHOICES`' non-"cuda" rules for the format and op that covers the weight's K."""
     K = w.shape[1]
     rules = CHOICES.get((w.format, op), ((None, "convert", 0),))
-    return next(m for k, m, _ in rules if m != "cuda" and (k is None or k >= K))
+    return next((m, wp) for k, m, wp in rules if m != "cuda" and (k is None or k >= K))
 
 
 def modes(w: PackedWeight, op: str) -> tuple[str, ...]:
@@ -176,7 +180,7 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
     _N, K = w.shape
     mode, warps, tile = choice(w, op, tuning)
     if mode == "cuda":
-        mode = fallback(w, op)
+        mode, warps = fallback(w, op)
     deq = DEQ_CODES[mode]
     magic = mode == "magic"
     if isinstance(w, Fp8Weight):

@@ -8,15 +8,19 @@ Same results as kernels/quant_gemv.py's fused kernels (ops/quant.py's signatures
   OP_RESIDUAL  out [1, N] += round(W @ x), in place              (linear_residual)
   OP_GATE_UP   out [1, I] = silu(round(Wg @ n)) * round(Wu @ n)  (norm_gate_up_silu)
 
-For the shapes it is written for: an `Int4Weight` whose K and group size are multiples of 32,
+For the shapes it is written for: an `Int4Weight` whose K and group size are multiples of 128,
 whose act-order permutation (if any) the launcher of ops/quant.py gathers first (`Layout.stored`),
 one bfloat16 or float16 row, 16-byte aligned, on sm_90+ with nvcc to build it
 (ops/cuda_build.py). Elsewhere `applies` is False and the caller keeps the Triton kernels.
 
 Why CUDA: a streaming GEMV wants every SM to keep many 16-byte loads in flight and to spend
-the fewest instructions a packed value (three here: a mask-and-or into a float's mantissa, a
-subtract, a multiply-add); the Triton kernels hold a program's whole tile in registers and run
-at 22-44% of the 4-bit byte floor at Qwen3-8B's shapes (docs/perf-log.md).
+few instructions a packed value: here a mask-and-or turns two nibbles into a pair of the model
+dtype (128 + q in bfloat16's mantissa, exact) and the tensor cores take the products (an
+mma.m16n8k16 a 16 x 16 tile), about half an instruction a value, with the activations staged
+once per CTA in the MMAs' k order. The Triton kernels hold a program's whole tile in registers
+and spend 3-4 CUDA-core instructions a value: 22-44% of the 4-bit byte floor at Qwen3-8B's
+shapes; a CUDA-core version of this kernel (3 instructions a value) measured no better
+(docs/perf-log.md).
 
 Launch settings (`Launch`): warps a CTA, the pipeline depth (items of loads in flight a warp:
 2 or 3) and CTAs an SM (0: as many as fit). The grid is persistent: at most as many CTAs as fit
@@ -36,14 +40,14 @@ from evokernel.ops import cuda_build
 
 NAME = "int4_gemv"
 OP_LINEAR, OP_RESIDUAL, OP_GATE_UP = 0, 1, 2
-CHUNK = 32  # values in one lane's 16-byte load: K and the group size are multiples of it
+CHUNK = 128  # values of a row one MMA item covers: K and the group size are multiples of it
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 SCALE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 
 class Launch(NamedTuple):
-    warps: int = 8  # a CTA's warps (1..16)
+    warps: int = 8  # a CTA's warps (1..16; at most K / 128)
     pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
 
@@ -118,7 +122,8 @@ def launch(
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     ints = (ctypes.c_int * 13)(
-        op, N, n_out, K, weight.groups, weight.group_size // CHUNK, SCALE_CODES[scales.dtype],
+        op, N, n_out, K, weight.groups, min(weight.group_size, K) // CHUNK,
+        SCALE_CODES[scales.dtype],
         weight.zero_offset, flags, settings.warps, settings.pipe, settings.ctas, index,
     )  # fmt: skip
     strides = (ctypes.c_int64 * 1)(0)

@@ -1,30 +1,38 @@
 // Decode GEMV for one activation row on 4-bit weights (GPTQ and AWQ as model/quant/packed.py
 // holds them: `Int4Weight`), fused as the Triton kernels of kernels/quant_gemv.py are, with
-// their rounding. Streaming: every SM keeps many 16-byte weight loads in flight, and each
-// packed value costs three instructions (a mask-and-or, a subtract, a fused multiply-add).
+// their rounding, on the tensor cores: each packed value costs under an instruction, so
+// the kernel is left to keep enough 16-byte weight loads in flight.
 //
 // Layout read: qweight int32 [N, K/8], value k of a row at bits 4(k%8) .. 4(k%8)+3 of word
 // k/8; scales [N, G] (bfloat16, float16 or float32); zero points uint8 [N, G] + zoff, or none
-// (symmetric: 8). The launcher (ops/quant_cuda.py) takes K and the group size as multiples of
-// 32, so a lane's 16-byte chunk (32 values, `CHUNK`) lies in one group.
+// (symmetric: 8). The launcher (ops/quant_cuda.py) takes K as a multiple of 128 and the group
+// size as a multiple of 128 (or one group a row), so a chunk of 128 values lies in one group.
 //
-// Grid: persistent, at most as many CTAs as fit on the GPU at once. After the PDL wait each
-// CTA stages the activation row once into shared memory, as float32: RMS-normalised when NORM
-// (rounded as transformers rounds), value k multiplied by 16^-(k%4) (exact), plus each chunk's
-// sum of the unscaled values. Before the wait each warp has already asked for its first
-// weights (they do not depend on the previous kernel).
+// The products: a warp computes a tile of 16 weight rows x 128 values (one chunk) with 8
+// mma.m16n8k16 (fp32 accumulate). Lane l (g = l/4, c4 = l%4) loads 16 bytes of row g and of
+// row g+8: values 32 c4 .. 32 c4 + 31 of the chunk, 4 words. A word's nibbles (i, i+4) become
+// one 32-bit pair of the model dtype with one mask-and-or into the mantissa of 2^7 (bfloat16:
+// 128 + q) or 2^10 (float16: 1024 + q), exact, and one paired subtract (q - 8, exact: the
+// MMA's sums stay the size of the result's), so word m gives the A operands of MMAs 2m
+// (nibble pairs (0,4), (1,5)) and 2m+1 ((2,6), (3,7)). The MMA's k order is thereby a
+// permutation of the chunk's values; the activations are staged in shared memory in the same
+// order (each 8 values' pairs (i, i+4)), so every B operand is one 16-byte shared load that 8
+// lanes share; all 8 columns of B hold the same row, so every lane's accumulator holds its
+// rows' sums. Per chunk: acc += s (D - (z - 8) sum x), with the chunk's float32 sum of x
+// (symmetric weights: acc += s D).
 //
-// Work: warp w of the grid owns row groups w, w + warps, ...; a group is ROWS = 4 weight rows
-// (GATE_UP: gate rows 2j, 2j+1 and up rows I+2j, I+2j+1, for outputs 2j, 2j+1), walked in
-// items of one 16-byte chunk per lane per row (a row's chunks c = 32 it + lane). Items are
-// software-pipelined PIPE deep: the loads of item f + PIPE - 1 are issued before item f is
-// computed. A nibble at bits 4i of a 16-bit half (i = 0..3) is masked in place and OR-ed
-// into the mantissa of 2^23: the float is 2^23 + q 16^i exactly, minus 2^23 is q 16^i, and
-// times the staged x 16^-i is q x. Per chunk: acc += s (sum q x - z sum x). A group ends with
-// a warp reduction and the epilogue:
+// Grid: up to as many CTAs as fit on the GPU at once, each staging the activation row once
+// (RMS-normalised when NORM, rounded as transformers rounds) and walking row groups
+// blockIdx.x, + gridDim.x, ...; a group is 16 weight rows (GATE_UP: gate rows 8i .. 8i+7 and
+// up rows I+8i .. I+8i+7, for outputs 8i .. 8i+7), its chunks split over the CTA's warps
+// (warp w: chunks w, w + W, ...), the warps' sums met in shared memory at the group's end
+// (one block barrier) and finished by warp 0:
 //   LINEAR    y[r] = round(acc + bias[r])            (qkv: norm_linear; linear)
 //   RESIDUAL  res[r] = round(res[r] + round(acc))    (o_proj, down_proj)
 //   GATE_UP   act[j] = round(round(silu(round(g))) * round(u))
+// Each warp's items (group, chunk) are software-pipelined PIPE deep: the loads of item
+// f + PIPE - 1 are issued before item f is computed, the first PIPE - 1 before the PDL wait
+// (the weights do not depend on the previous kernel).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,10 +41,9 @@
 
 namespace {
 
-constexpr int ROWS = 4;    // weight rows a warp works on at once
-constexpr int CHUNK = 32;  // values in a lane's 16-byte load
+constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
+constexpr int CHUNK = 128;  // values of a row an item covers (4 lanes x 32)
 constexpr int MAX_WARPS = 16;
-constexpr float TWO23 = 8388608.0f;
 constexpr unsigned FULL = 0xffffffffu;
 
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
@@ -50,17 +57,53 @@ constexpr int F_PDL = 8;
 
 template <typename T> struct Num;
 template <> struct Num<__nv_bfloat16> {
+  static constexpr uint32_t MAGIC = 0x43004300u;   // bfloat16 pair (128, 128)
+  static constexpr uint32_t CENTER = 0x43084308u;  // (136, 136): 128 + q - 136 = q - 8
+  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
+    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&d);
+  }
   static __device__ __forceinline__ float f(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 t(float v) { return __float2bfloat16_rn(v); }
   static __device__ __forceinline__ float2 f2(uint32_t bits) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
   }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&p);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 };
 template <> struct Num<__half> {
+  static constexpr uint32_t MAGIC = 0x64006400u;   // float16 pair (1024, 1024)
+  static constexpr uint32_t CENTER = 0x64086408u;  // (1032, 1032): 1024 + q - 1032 = q - 8
+  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
+    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&a),
+                              *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&d);
+  }
   static __device__ __forceinline__ float f(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half t(float v) { return __float2half_rn(v); }
   static __device__ __forceinline__ float2 f2(uint32_t bits) {
     return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 p = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&p);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
 };
 
@@ -87,128 +130,119 @@ __device__ __forceinline__ float scale_value(uint32_t bits, int code) {
   return __uint_as_float(bits);
 }
 
-// What one item loads: this lane's chunk of each of the group's rows, with its scale and
-// zero point (raw).
+// The pair of nibbles (sh/4, sh/4 + 4) of word w as a pair of q - 8 in the model dtype, exact:
+// (magic + q) by a mask-and-or, then minus (magic + 8), so that the MMA's sums stay small.
+template <typename T>
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh) {
+  return Num<T>::sub(((w >> sh) & 0x000F000Fu) | Num<T>::MAGIC, Num<T>::CENTER);
+}
+
+// What one item loads: this lane's 16 bytes of its two rows, their scales and zero points.
 struct Stage {
-  uint4 w[ROWS];
-  uint32_t s[ROWS];
-  uint32_t z[ROWS];
+  uint4 lo, hi;
+  uint32_t s_lo, s_hi, z_lo, z_hi;
 };
 
 struct Work {
   const uint4* q;
   const void* scales;
   const uint8_t* zeros;
-  int N, n_out, chunks, iters, groups, gpg, scale_code, flags, op;
+  int N, n_out, chunks, groups, gpc, scale_code, flags, op;
 };
 
-// Weight row r (0..ROWS-1) of row group j, or -1 past the weight.
-__device__ __forceinline__ int weight_row(const Work& wk, int j, int r) {
+// This lane's two weight rows of group i (row g and row g + 8 of the tile), -1 past the weight.
+__device__ __forceinline__ int2 lane_rows(const Work& wk, int i, int g) {
   if (wk.op == OP_GATE_UP) {
-    const int out = 2 * j + (r & 1);
-    if (out >= wk.n_out) return -1;
-    return r < 2 ? out : wk.n_out + out;
+    const int out = 8 * i + g;
+    return out < wk.n_out ? make_int2(out, wk.n_out + out) : make_int2(-1, -1);
   }
-  const int row = ROWS * j + r;
-  return row < wk.N ? row : -1;
+  const int lo = TILE * i + g, hi = lo + 8;
+  return make_int2(lo < wk.N ? lo : -1, hi < wk.N ? hi : -1);
 }
 
-__device__ __forceinline__ void load_stage(const Work& wk, int j, int it, int lane, Stage& st) {
-  const int c = it * 32 + lane;
-  const bool live_c = c < wk.chunks;
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    const int row = weight_row(wk, j, r);
-    if (row >= 0 && live_c) {
-      st.w[r] = __ldcs(wk.q + (int64_t)row * wk.chunks + c);
-      const int64_t g = (int64_t)row * wk.groups + c / wk.gpg;
-      st.s[r] = load_scale_bits(wk.scales, g, wk.scale_code);
-      st.z[r] = (wk.flags & F_ZEROS) ? (uint32_t)__ldg(wk.zeros + g) : 0u;
-    } else {
-      st.w[r] = make_uint4(0u, 0u, 0u, 0u);
-      st.s[r] = 0u;
-      st.z[r] = 0u;
-    }
+__device__ __forceinline__ void load_row(const Work& wk, int row, int c, int c4, uint4& w,
+                                         uint32_t& s, uint32_t& z) {
+  if (row < 0) {
+    w = make_uint4(0u, 0u, 0u, 0u);
+    s = 0u;
+    z = 0u;
+    return;
   }
+  w = __ldcs(wk.q + ((int64_t)row * wk.chunks + c) * 4 + c4);
+  const int64_t gi = (int64_t)row * wk.groups + c / wk.gpc;
+  s = load_scale_bits(wk.scales, gi, wk.scale_code);
+  z = (wk.flags & F_ZEROS) ? (uint32_t)__ldg(wk.zeros + gi) : 0u;
 }
 
-// sum over a 32-bit word's 8 values of q * x (xs: the staged x of those 8 values).
-__device__ __forceinline__ float word_dot(uint32_t w, const float* xv) {
-  const uint32_t hi = w >> 16;
-  float a = 0.f, b = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const float tl = __uint_as_float((w & (0xFu << (4 * i))) | 0x4B000000u) - TWO23;
-    const float th = __uint_as_float((hi & (0xFu << (4 * i))) | 0x4B000000u) - TWO23;
-    a = fmaf(tl, xv[i], a);
-    b = fmaf(th, xv[4 + i], b);
-  }
-  return a + b;
+__device__ __forceinline__ void load_stage(const Work& wk, int i, int c, int g, int c4,
+                                           Stage& st) {
+  const int2 rows = lane_rows(wk, i, g);
+  load_row(wk, rows.x, c, c4, st.lo, st.s_lo, st.z_lo);
+  load_row(wk, rows.y, c, c4, st.hi, st.s_hi, st.z_hi);
 }
 
-__device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, int it, int lane,
-                                              int zoff, const float* xs, const float* xsum,
-                                              float* acc) {
-  const int c = it * 32 + lane;
-  if (c >= wk.chunks) return;
-  const float4* x4 = reinterpret_cast<const float4*>(xs + c * CHUNK);
-  float d[ROWS] = {0.f, 0.f, 0.f, 0.f};
+template <typename T>
+__device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, int c, int c4,
+                                              int zoff, const uint32_t* xp, const float* xsum,
+                                              float& acc_lo, float& acc_hi) {
+  // B operands: words (c * 4 + c4) * 16 .. + 15, two per MMA
+  const uint4* b4 = reinterpret_cast<const uint4*>(xp + (c * 4 + c4) * 16);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint32_t lo[4] = {st.lo.x, st.lo.y, st.lo.z, st.lo.w};
+  const uint32_t hi[4] = {st.hi.x, st.hi.y, st.hi.z, st.hi.w};
 #pragma unroll
-  for (int m = 0; m < 4; m++) {  // the chunk's 4 words, 8 values each
-    const float4 lo = x4[2 * m], hi = x4[2 * m + 1];
-    const float xv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-      const uint32_t w = m == 0 ? st.w[r].x : m == 1 ? st.w[r].y : m == 2 ? st.w[r].z : st.w[r].w;
-      d[r] += word_dot(w, xv);
-    }
+  for (int m = 0; m < 4; m++) {
+    const uint4 b = b4[m];  // MMA 2m: b.x, b.y; MMA 2m + 1: b.z, b.w
+    Num<T>::mma(d, nibble_pair<T>(lo[m], 0), nibble_pair<T>(hi[m], 0), nibble_pair<T>(lo[m], 4),
+                nibble_pair<T>(hi[m], 4), b.x, b.y);
+    Num<T>::mma(d, nibble_pair<T>(lo[m], 8), nibble_pair<T>(hi[m], 8),
+                nibble_pair<T>(lo[m], 12), nibble_pair<T>(hi[m], 12), b.z, b.w);
   }
   const float sx = xsum[c];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    const float z = (wk.flags & F_ZEROS) ? (float)((int)st.z[r] + zoff) : 8.f;
-    acc[r] = fmaf(scale_value(st.s[r], wk.scale_code), fmaf(-z, sx, d[r]), acc[r]);
+  float y_lo = d[0], y_hi = d[2];  // sum (q - 8) x; then minus (z - 8) sum x
+  if (wk.flags & F_ZEROS) {
+    y_lo = fmaf((float)(8 - (int)st.z_lo - zoff), sx, y_lo);
+    y_hi = fmaf((float)(8 - (int)st.z_hi - zoff), sx, y_hi);
   }
+  acc_lo = fmaf(scale_value(st.s_lo, wk.scale_code), y_lo, acc_lo);
+  acc_hi = fmaf(scale_value(st.s_hi, wk.scale_code), y_hi, acc_hi);
 }
 
+// The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15.
 template <typename T>
-__device__ __forceinline__ void finish_group(const Work& wk, int j, int lane, float* acc,
-                                             const T* bias, T* out) {
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) acc[r] = warp_sum(acc[r]);
+__device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, int warps,
+                                             const float* red, const T* bias, T* out) {
+  float a = 0.f;
+  if (lane < TILE) {
+    for (int w = 0; w < warps; w++) a += red[w * TILE + lane];
+  }
   if (wk.op == OP_GATE_UP) {
-    if (lane < 2) {
-      const int o = 2 * j + lane;
-      if (o < wk.n_out) {
-        const float g = rnd<T>(lane == 0 ? acc[0] : acc[1]);
-        const float u = rnd<T>(lane == 0 ? acc[2] : acc[3]);
-        const float silu = rnd<T>(g / (1.0f + __expf(-g)));
-        out[o] = Num<T>::t(silu * u);
-      }
+    const float u = __shfl_down_sync(FULL, a, 8);
+    const int o = 8 * i + lane;
+    if (lane < 8 && o < wk.n_out) {
+      const float g = rnd<T>(a);
+      const float silu = rnd<T>(g / (1.0f + __expf(-g)));
+      out[o] = Num<T>::t(silu * rnd<T>(u));
     }
-  } else if (lane < ROWS) {
-    const int row = ROWS * j + lane;
-    float a = acc[0];
-#pragma unroll
-    for (int r = 1; r < ROWS; r++) a = lane == r ? acc[r] : a;
-    if (row < wk.N) {
-      if (wk.op == OP_RESIDUAL) {
-        out[row] = Num<T>::t(Num<T>::f(out[row]) + rnd<T>(a));
-      } else {
-        if (wk.flags & F_BIAS) a += Num<T>::f(bias[row]);
-        out[row] = Num<T>::t(a);
-      }
+    return;
+  }
+  const int row = TILE * i + lane;
+  if (lane < TILE && row < wk.N) {
+    if (wk.op == OP_RESIDUAL) {
+      out[row] = Num<T>::t(Num<T>::f(out[row]) + rnd<T>(a));
+    } else {
+      if (wk.flags & F_BIAS) a += Num<T>::f(bias[row]);
+      out[row] = Num<T>::t(a);
     }
   }
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
 }
 
-// The activation row into shared memory: xs[k] = x_k 16^-(k%4), xsum[c] = the chunk's sum of
-// x_k, x RMS-normalised first when NORM. red: 32 floats for the block reduction.
+// The activation row into shared memory in the MMAs' k order: each 8 values x0..x7 as the
+// pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of the model dtype (RMS-normalised first when
+// NORM), and xsum[c] the float32 sum of chunk c's 128 values. red: 32 floats.
 template <typename T>
 __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, float eps, int flags,
-                                        float* xs, float* xsum, float* red) {
+                                        uint32_t* xp, float* xsum, float* red) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
   const int vecs = K / 8;  // 8 values a 16-byte load
   const uint4* x8 = reinterpret_cast<const uint4*>(x);
@@ -232,7 +266,7 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
     rstd = rsqrtf(total / K + eps);
   }
   const uint4* w8 = reinterpret_cast<const uint4*>(norm_w);
-  // Trip counts uniform per warp (blockDim is a multiple of 32): the chunk sums shuffle.
+  // Trip counts uniform per warp (blockDim is a multiple of 32, vecs of 16): the sums shuffle.
   for (int base = 0; base < vecs; base += blockDim.x) {
     const int v = base + tid;
     float part = 0.f;
@@ -259,17 +293,16 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
         vals[2 * e] = p.x;
         vals[2 * e + 1] = p.y;
       }
-      const float inv16[4] = {1.f, 0.0625f, 0.00390625f, 0.000244140625f};
-      float4* dst = reinterpret_cast<float4*>(xs + 8 * v);
-      dst[0] = make_float4(vals[0], vals[1] * inv16[1], vals[2] * inv16[2], vals[3] * inv16[3]);
-      dst[1] = make_float4(vals[4], vals[5] * inv16[1], vals[6] * inv16[2], vals[7] * inv16[3]);
+      reinterpret_cast<uint4*>(xp)[v] =
+          make_uint4(Num<T>::pack(vals[0], vals[4]), Num<T>::pack(vals[1], vals[5]),
+                     Num<T>::pack(vals[2], vals[6]), Num<T>::pack(vals[3], vals[7]));
 #pragma unroll
       for (int e = 0; e < 8; e++) part += vals[e];
     }
-    // 4 consecutive loads make a chunk of 32 values
-    part += __shfl_xor_sync(FULL, part, 1);
-    part += __shfl_xor_sync(FULL, part, 2);
-    if (v < vecs && (v & 3) == 0) xsum[v >> 2] = part;
+    // 16 consecutive loads make a chunk of 128 values
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) part += __shfl_xor_sync(FULL, part, off);
+    if (v < vecs && (v & 15) == 0) xsum[v >> 4] = part;
   }
   __syncthreads();
 }
@@ -279,14 +312,13 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
-    int gpg, int scale_code, int zoff, int flags, float eps) {
-  extern __shared__ float smem[];
-  float* xs = smem;
-  float* xsum = xs + K;
-  float* red = xsum + K / CHUNK;
-  const int lane = threadIdx.x & 31;
-  const int warps = gridDim.x * (blockDim.x >> 5);
-  const int gw = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int gpc, int scale_code, int zoff, int flags, float eps) {
+  extern __shared__ uint32_t smem[];
+  uint32_t* xp = smem;                                  // K / 2 words
+  float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
+  float* red = xsum + K / CHUNK;                        // [2][W][16] (and 32 for the norm)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+  const int g = lane >> 2, c4 = lane & 3;
 
   Work wk;
   wk.q = q;
@@ -295,29 +327,35 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
   wk.N = N;
   wk.n_out = n_out;
   wk.chunks = K / CHUNK;
-  wk.iters = (wk.chunks + 31) / 32;
   wk.groups = groups;
-  wk.gpg = gpg;
+  wk.gpc = gpc;
   wk.scale_code = scale_code;
   wk.flags = flags;
   wk.op = op;
-  const int n_groups = op == OP_GATE_UP ? (n_out + 1) / 2 : (N + ROWS - 1) / ROWS;
-  const int mine = gw < n_groups ? (n_groups - gw + warps - 1) / warps : 0;
-  const int items = mine * wk.iters;
+  const int n_groups = op == OP_GATE_UP ? (n_out + 7) / 8 : (N + TILE - 1) / TILE;
+  const int mine = (int)blockIdx.x < n_groups
+                       ? (n_groups - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
+                       : 0;
+  // The launcher gives W <= chunks: every warp has chunks in every group, so the same count
+  // of block barriers.
+  const int cw = (wk.chunks - warp + W - 1) / W;
+  const int items = mine * cw;
 
-  // Items f = 0, 1, ...: row group gw + (f / iters) warps, chunk pass f % iters.
+  // Item f: group blockIdx.x + (f / cw) gridDim.x, chunk warp + (f % cw) W.
   Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
-    if (p < items) load_stage(wk, gw + (p / wk.iters) * warps, p % wk.iters, lane, st[p]);
+    if (p < items)
+      load_stage(wk, blockIdx.x + (p / cw) * gridDim.x, warp + (p % cw) * W, g, c4, st[p]);
   }
   if (flags & F_PDL) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
   }
-  stage_x<T>(x, norm_w, K, eps, flags, xs, xsum, red);
+  stage_x<T>(x, norm_w, K, eps, flags, xp, xsum, red);
 
-  float acc[ROWS] = {0.f, 0.f, 0.f, 0.f};
+  float acc_lo = 0.f, acc_hi = 0.f;
+  int buf = 0;
   for (int f0 = 0; f0 < items; f0 += PIPE) {
 #pragma unroll
     for (int p = 0; p < PIPE; p++) {
@@ -325,12 +363,22 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
       if (f < items) {
         const int ahead = f + PIPE - 1;
         if (ahead < items)
-          load_stage(wk, gw + (ahead / wk.iters) * warps, ahead % wk.iters, lane,
+          load_stage(wk, blockIdx.x + (ahead / cw) * gridDim.x, warp + (ahead % cw) * W, g, c4,
                      st[(p + PIPE - 1) % PIPE]);
-        const int it = f % wk.iters;
-        const int j = gw + (f / wk.iters) * warps;
-        compute_stage(wk, st[p], it, lane, zoff, xs, xsum, acc);
-        if (it == wk.iters - 1) finish_group<T>(wk, j, lane, acc, bias, out);
+        const int k = f % cw;
+        compute_stage<T>(wk, st[p], warp + k * W, c4, zoff, xp, xsum, acc_lo, acc_hi);
+        if (k == cw - 1) {  // the group's end: meet the other warps
+          float* r = red + buf * W * TILE;
+          if (c4 == 0) {
+            r[warp * TILE + g] = acc_lo;
+            r[warp * TILE + g + 8] = acc_hi;
+          }
+          __syncthreads();
+          if (warp == 0)
+            finish_group<T>(wk, blockIdx.x + (f / cw) * gridDim.x, lane, W, r, bias, out);
+          acc_lo = acc_hi = 0.f;
+          buf ^= 1;
+        }
       }
     }
   }
@@ -338,11 +386,12 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
 
 template <typename T, int PIPE>
 cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* f, const int* n,
-                         int flags, int grid_cap) {
+                         int flags, int n_groups) {
   cudaLaunchConfig_t cfg = base;
   auto kernel = int4_gemv_kernel<T, PIPE>;
   const int K = n[3];
-  const size_t smem = sizeof(float) * ((size_t)K + K / CHUNK + 32);
+  const int W = (int)cfg.blockDim.x / 32;
+  const size_t smem = sizeof(uint32_t) * ((size_t)K / 2 + K / CHUNK + 2 * W * TILE + 32);
   cudaError_t err = cudaSuccess;
   if (smem > 48 * 1024) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -358,7 +407,7 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   if (err != cudaSuccess) return err;
   int grid = per_sm * sms;
   if (n[11] > 0 && n[11] < per_sm) grid = n[11] * sms;  // CTAs an SM, when asked for fewer
-  grid = grid < grid_cap ? grid : grid_cap;
+  grid = grid < n_groups ? grid : n_groups;
   cfg.gridDim = dim3(grid > 0 ? grid : 1);
   cfg.dynamicSmemBytes = smem;
   return cudaLaunchKernelEx(&cfg, kernel, (const T*)a[0], (const T*)a[1], (const T*)a[2],
@@ -371,16 +420,19 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // ptrs: x [K], norm weight [K], bias [N], qweight [N, K/8] int32, scales [N, G], zeros [N, G]
 // (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]);
 // floats: eps; ints: op (0 linear, 1 residual, 2 gate_up), N (weight rows), n_out (outputs:
-// N, or I for gate_up), K (a multiple of 32), G (groups a row), chunks per group (the group
-// size / 32), scale dtype (0 bfloat16, 1 float16, 2 float32), zero offset, flags (1 norm,
-// 2 bias, 4 zero points; PDL from `pdl`), warps a CTA (1..16), pipeline depth (2 or 3), CTAs an SM (0:
-// as many as fit), device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
+// N, or I for gate_up), K (a multiple of 128), G (groups a row), chunks of 128 a group
+// (the group size / 128, or K / 128 for one group), scale dtype (0 bfloat16, 1 float16,
+// 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
+// (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
+// device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
-  const int warps = n[9], pipe = n[10];
-  if (warps < 1 || warps > MAX_WARPS || n[3] % CHUNK != 0 || n[5] < 1 || n[0] < 0 || n[0] > 2)
+  const int K = n[3], pipe = n[10];
+  if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 1 || n[0] < 0 ||
+      n[0] > 2)
     return (int)cudaErrorInvalidValue;
+  const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t cfg = {};
@@ -394,14 +446,13 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.numAttrs = 1;
   }
-  const int n_groups = n[0] == OP_GATE_UP ? (n[2] + 1) / 2 : (n[1] + ROWS - 1) / ROWS;
-  const int grid_cap = (n_groups + warps - 1) / warps;
+  const int n_groups = n[0] == OP_GATE_UP ? (n[2] + 7) / 8 : (n[1] + TILE - 1) / TILE;
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
-#define EVK_PIPE(T)                                                        \
-  switch (pipe) {                                                         \
-    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, grid_cap);       \
-    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, grid_cap);       \
-    default: return (int)cudaErrorInvalidValue;                           \
+#define EVK_PIPE(T)                                                         \
+  switch (pipe) {                                                          \
+    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
+    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
+    default: return (int)cudaErrorInvalidValue;                            \
   }
   if (dtype == 0) {
     EVK_PIPE(__nv_bfloat16)
