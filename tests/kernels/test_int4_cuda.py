@@ -122,15 +122,26 @@ def test_the_fused_ops_match_the_references_and_triton(case, dtype, monkeypatch)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("settings", [(4, 2, 0), (8, 3, 1), (16, 2, 0), (1, 3, 0), (3, 3, 0)])
+@pytest.mark.parametrize(
+    "settings",
+    [(4, 2, 0), (8, 3, 1), (16, 4, 0), (1, 3, 0), (3, 6, 0), (8, 3, 0, True), (4, 6, 1, True)],
+)
 def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
-    w = _weight(517, 2048, 128, True, 0, torch.float16, "cuda")
-    x, norm_w = _inputs(2048, torch.bfloat16, "cuda")
-    want = ref_norm_linear(x, norm_w, w)
-    y = torch.empty(1, 517, device="cuda", dtype=torch.bfloat16)
     launch = quant_cuda.Launch(*settings)
+    w = _weight(517, 2048, 128, True, 0, torch.float16, "cuda")
+    gu = _weight(2 * 301, 2048, 128, False, 0, torch.bfloat16, "cuda")
+    x, norm_w = _inputs(2048, torch.bfloat16, "cuda")
+    y = torch.empty(1, 517, device="cuda", dtype=torch.bfloat16)
     quant_cuda.launch(quant_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS, settings=launch)
-    assert_close(y, want, f"settings {settings}")
+    assert_close(y, ref_norm_linear(x, norm_w, w), f"linear {settings}")
+    res = torch.randn(1, 517, device="cuda").to(torch.bfloat16)
+    want = ref_linear_residual(x, w, res.clone())
+    quant_cuda.launch(quant_cuda.OP_RESIDUAL, x, w, res, settings=launch)
+    assert_close(res, want, f"residual {settings}")
+    act = torch.empty(1, 301, device="cuda", dtype=torch.bfloat16)
+    quant_cuda.launch(quant_cuda.OP_GATE_UP, x, gu, act, norm_weight=norm_w, eps=EPS,
+                      settings=launch)  # fmt: skip
+    assert_close(act, ref_gate_up(x, norm_w, gu), f"gate_up {settings}")
 
 
 @pytest.mark.gpu

@@ -22,11 +22,12 @@
 // (symmetric weights: acc += s D).
 //
 // Grid: up to as many CTAs as fit on the GPU at once, each staging the activation row once
-// (RMS-normalised when NORM, rounded as transformers rounds) and walking row groups
-// blockIdx.x, + gridDim.x, ...; a group is 16 weight rows (GATE_UP: gate rows 8i .. 8i+7 and
-// up rows I+8i .. I+8i+7, for outputs 8i .. 8i+7), its chunks split over the CTA's warps
-// (warp w: chunks w, w + W, ...), the warps' sums met in shared memory at the group's end
-// (one block barrier) and finished by warp 0:
+// (RMS-normalised when NORM, rounded as transformers rounds). A group is 16 weight rows
+// (GATE_UP: gate rows 8i .. 8i+7 and up rows I+8i .. I+8i+7, for outputs 8i .. 8i+7). Split:
+// the CTA walks groups blockIdx.x, + gridDim.x, ..., its warps splitting each group's chunks
+// (warp w: chunks w, w + W, ...), their sums met in shared memory at the group's end (one
+// block barrier) and finished by warp 0. Whole: each warp walks whole groups alone and its
+// lanes finish them (no barrier). The epilogues:
 //   LINEAR    y[r] = round(acc + bias[r])            (qkv: norm_linear; linear)
 //   RESIDUAL  res[r] = round(res[r] + round(acc))    (o_proj, down_proj)
 //   GATE_UP   act[j] = round(round(silu(round(g))) * round(u))
@@ -208,7 +209,26 @@ __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, i
   acc_hi = fmaf(scale_value(st.s_hi, wk.scale_code), y_hi, acc_hi);
 }
 
-// The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15.
+// Output row `row` (< N) of a LINEAR or RESIDUAL op from its sum a.
+template <typename T>
+__device__ __forceinline__ void store_row(const Work& wk, int row, float a, const T* bias, T* out) {
+  if (wk.op == OP_RESIDUAL) {
+    out[row] = Num<T>::t(Num<T>::f(out[row]) + rnd<T>(a));
+  } else {
+    if (wk.flags & F_BIAS) a += Num<T>::f(bias[row]);
+    out[row] = Num<T>::t(a);
+  }
+}
+
+// GATE_UP's output from the gate and up sums.
+template <typename T>
+__device__ __forceinline__ T silu_mul(float gate, float up) {
+  const float g = rnd<T>(gate);
+  const float silu = rnd<T>(g / (1.0f + __expf(-g)));
+  return Num<T>::t(silu * rnd<T>(up));
+}
+
+// The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15 (split groups).
 template <typename T>
 __device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, int warps,
                                              const float* red, const T* bias, T* out) {
@@ -219,22 +239,25 @@ __device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, in
   if (wk.op == OP_GATE_UP) {
     const float u = __shfl_down_sync(FULL, a, 8);
     const int o = 8 * i + lane;
-    if (lane < 8 && o < wk.n_out) {
-      const float g = rnd<T>(a);
-      const float silu = rnd<T>(g / (1.0f + __expf(-g)));
-      out[o] = Num<T>::t(silu * rnd<T>(u));
-    }
+    if (lane < 8 && o < wk.n_out) out[o] = silu_mul<T>(a, u);
     return;
   }
   const int row = TILE * i + lane;
-  if (lane < TILE && row < wk.N) {
-    if (wk.op == OP_RESIDUAL) {
-      out[row] = Num<T>::t(Num<T>::f(out[row]) + rnd<T>(a));
-    } else {
-      if (wk.flags & F_BIAS) a += Num<T>::f(bias[row]);
-      out[row] = Num<T>::t(a);
-    }
+  if (lane < TILE && row < wk.N) store_row<T>(wk, row, a, bias, out);
+}
+
+// The group's rows from one warp's sums (whole groups): lane (g, 0) holds rows g and g + 8.
+template <typename T>
+__device__ __forceinline__ void finish_lanes(const Work& wk, int i, int g, float acc_lo,
+                                             float acc_hi, const T* bias, T* out) {
+  if (wk.op == OP_GATE_UP) {
+    const int o = 8 * i + g;
+    if (o < wk.n_out) out[o] = silu_mul<T>(acc_lo, acc_hi);
+    return;
   }
+  const int row = TILE * i + g;
+  if (row < wk.N) store_row<T>(wk, row, acc_lo, bias, out);
+  if (row + 8 < wk.N) store_row<T>(wk, row + 8, acc_hi, bias, out);
 }
 
 // The activation row into shared memory in the MMAs' k order: each 8 values x0..x7 as the
@@ -312,7 +335,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
-    int gpc, int scale_code, int zoff, int flags, float eps) {
+    int gpc, int scale_code, int zoff, int flags, int whole, float eps) {
   extern __shared__ uint32_t smem[];
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
@@ -333,20 +356,21 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
   wk.flags = flags;
   wk.op = op;
   const int n_groups = op == OP_GATE_UP ? (n_out + 7) / 8 : (N + TILE - 1) / TILE;
-  const int mine = (int)blockIdx.x < n_groups
-                       ? (n_groups - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x
-                       : 0;
-  // The launcher gives W <= chunks: every warp has chunks in every group, so the same count
-  // of block barriers.
-  const int cw = (wk.chunks - warp + W - 1) / W;
+  // Who walks a group: the CTA's warps together (split: warp w takes chunks w, w + W, ...; the
+  // launcher gives W <= chunks, so every warp has chunks in every group and meets the same
+  // block barriers), or each warp alone (whole: all the group's chunks, no barrier).
+  const int team = whole ? blockIdx.x * W + warp : blockIdx.x;
+  const int stride = whole ? gridDim.x * W : gridDim.x;
+  const int c0 = whole ? 0 : warp, cstep = whole ? 1 : W;
+  const int cw = whole ? wk.chunks : (wk.chunks - warp + W - 1) / W;
+  const int mine = team < n_groups ? (n_groups - team + stride - 1) / stride : 0;
   const int items = mine * cw;
 
-  // Item f: group blockIdx.x + (f / cw) gridDim.x, chunk warp + (f % cw) W.
+  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep.
   Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
-    if (p < items)
-      load_stage(wk, blockIdx.x + (p / cw) * gridDim.x, warp + (p % cw) * W, g, c4, st[p]);
+    if (p < items) load_stage(wk, team + (p / cw) * stride, c0 + (p % cw) * cstep, g, c4, st[p]);
   }
   if (flags & F_PDL) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -363,21 +387,25 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
       if (f < items) {
         const int ahead = f + PIPE - 1;
         if (ahead < items)
-          load_stage(wk, blockIdx.x + (ahead / cw) * gridDim.x, warp + (ahead % cw) * W, g, c4,
+          load_stage(wk, team + (ahead / cw) * stride, c0 + (ahead % cw) * cstep, g, c4,
                      st[(p + PIPE - 1) % PIPE]);
         const int k = f % cw;
-        compute_stage<T>(wk, st[p], warp + k * W, c4, zoff, xp, xsum, acc_lo, acc_hi);
-        if (k == cw - 1) {  // the group's end: meet the other warps
-          float* r = red + buf * W * TILE;
-          if (c4 == 0) {
-            r[warp * TILE + g] = acc_lo;
-            r[warp * TILE + g + 8] = acc_hi;
+        compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, xp, xsum, acc_lo, acc_hi);
+        if (k == cw - 1) {  // the group's end
+          const int i = team + (f / cw) * stride;
+          if (whole) {
+            if (c4 == 0) finish_lanes<T>(wk, i, g, acc_lo, acc_hi, bias, out);
+          } else {  // meet the other warps
+            float* r = red + buf * W * TILE;
+            if (c4 == 0) {
+              r[warp * TILE + g] = acc_lo;
+              r[warp * TILE + g + 8] = acc_hi;
+            }
+            __syncthreads();
+            if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
+            buf ^= 1;
           }
-          __syncthreads();
-          if (warp == 0)
-            finish_group<T>(wk, blockIdx.x + (f / cw) * gridDim.x, lane, W, r, bias, out);
           acc_lo = acc_hi = 0.f;
-          buf ^= 1;
         }
       }
     }
@@ -386,7 +414,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
 
 template <typename T, int PIPE>
 cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* f, const int* n,
-                         int flags, int n_groups) {
+                         int flags, int whole, int n_groups) {
   cudaLaunchConfig_t cfg = base;
   auto kernel = int4_gemv_kernel<T, PIPE>;
   const int K = n[3];
@@ -407,12 +435,13 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   if (err != cudaSuccess) return err;
   int grid = per_sm * sms;
   if (n[11] > 0 && n[11] < per_sm) grid = n[11] * sms;  // CTAs an SM, when asked for fewer
-  grid = grid < n_groups ? grid : n_groups;
+  const int teams = whole ? (n_groups + W - 1) / W : n_groups;  // CTAs with work
+  grid = grid < teams ? grid : teams;
   cfg.gridDim = dim3(grid > 0 ? grid : 1);
   cfg.dynamicSmemBytes = smem;
   return cudaLaunchKernelEx(&cfg, kernel, (const T*)a[0], (const T*)a[1], (const T*)a[2],
                             (const uint4*)a[3], (const void*)a[4], (const uint8_t*)a[5], (T*)a[6],
-                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, f[0]);
+                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, whole, f[0]);
 }
 
 }  // namespace
@@ -423,8 +452,9 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), chunks of 128 a group
 // (the group size / 128, or K / 128 for one group), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
-// device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
+// (1..16; split: lowered to K / 128), pipeline depth (2, 3, 4 or 6), CTAs an SM (0: as many
+// as fit), device, whole (1: each warp walks whole groups; 0: a CTA's warps split a group's
+// chunks). dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
@@ -432,7 +462,8 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 1 || n[0] < 0 ||
       n[0] > 2)
     return (int)cudaErrorInvalidValue;
-  const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
+  const int whole = n[13] != 0;
+  const int warps = whole || n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t cfg = {};
@@ -450,8 +481,10 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
 #define EVK_PIPE(T)                                                         \
   switch (pipe) {                                                          \
-    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
-    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
+    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, whole, n_groups); \
+    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, whole, n_groups); \
+    case 4: return (int)launch_typed<T, 4>(cfg, a, f, n, flags, whole, n_groups); \
+    case 6: return (int)launch_typed<T, 6>(cfg, a, f, n, flags, whole, n_groups); \
     default: return (int)cudaErrorInvalidValue;                            \
   }
   if (dtype == 0) {
