@@ -1,4 +1,5 @@
-"""One quantized decode op of Qwen3-0.6B, launched a few times without a graph, for a profiler.
+"""One quantized decode op of Qwen3-0.6B (or --shape), launched a few times without a graph, for
+a profiler.
 
     ncu --kernel-name regex:quant_ --launch-skip 3 --launch-count 1 --section WarpStateStats \
         python3 scripts/gpu/quant_profile.py int4:o_proj [--dequant convert|magic|early] [--rows 8]
@@ -23,6 +24,7 @@ def main() -> int:
     p.add_argument("--dequant", default=None)
     p.add_argument("--launches", type=int, default=6)
     p.add_argument("--rows", type=int, default=1)
+    p.add_argument("--shape", default="qwen3-0.6b", help="bench/quant_kernels.py SHAPES")
     args = p.parse_args()
     from evokernel.bench import quant_kernels as qk
     from evokernel.ops import quant
@@ -32,7 +34,7 @@ def main() -> int:
     if args.dequant:
         quant.DEQUANT = args.dequant
     fmt, proj = args.spec.split(":")
-    N, K = qk.projection_shape("qwen3-0.6b", proj)
+    N, K = qk.projection_shape(args.shape, proj)
     weights = [qk.make_weight(fmt, N, K) for _ in range(4)]
     op = qk.make_op(proj, fmt, DEFAULT._replace(pdl=pdl_supported()), args.rows, N, K)
     for i in range(args.launches):

@@ -62,15 +62,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-w16": {"dequant": "cuda", "gemv_warps": 16},
-    "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
-    "cuda-pipe4": {"dequant": "cuda", "cuda_pipe": 4},
-    "cuda-pipe6": {"dequant": "cuda", "cuda_pipe": 6},
-    "cuda-w16-pipe4": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 4},
-    "cuda-w4-pipe6": {"dequant": "cuda", "gemv_warps": 4, "cuda_pipe": 6},
-    "cuda-whole": {"dequant": "cuda", "cuda_whole": True},
-    "cuda-whole-pipe4": {"dequant": "cuda", "cuda_whole": True, "cuda_pipe": 4},
-    "cuda-whole-pipe6": {"dequant": "cuda", "cuda_whole": True, "cuda_pipe": 6},
-    "cuda-whole-w4-pipe6": {"dequant": "cuda", "cuda_whole": True, "gemv_warps": 4, "cuda_pipe": 6},
+    "cuda-pipe3": {"dequant": "cuda", "cuda_pipe": 3},
+    "cuda-w16-pipe3": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 3},
+    "cuda-w4-pipe3": {"dequant": "cuda", "gemv_warps": 4, "cuda_pipe": 3},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6
@@ -162,10 +156,7 @@ def measure(
     dequant = overrides.pop("dequant", quant.DEQUANT)
     launch = quant_cuda.DEFAULT_LAUNCH
     saved, quant.DEQUANT = quant.DEQUANT, dequant
-    quant_cuda.DEFAULT_LAUNCH = launch._replace(
-        pipe=overrides.pop("cuda_pipe", launch.pipe),
-        whole=overrides.pop("cuda_whole", launch.whole),
-    )
+    quant_cuda.DEFAULT_LAUNCH = launch._replace(pipe=overrides.pop("cuda_pipe", launch.pipe))
     try:
         return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
     finally:

@@ -22,11 +22,11 @@ and spend 3-4 CUDA-core instructions a value: 22-44% of the 4-bit byte floor at 
 shapes; a CUDA-core version of this kernel (3 instructions a value) measured no better
 (docs/perf-log.md).
 
-Launch settings (`Launch`): warps a CTA, the pipeline depth (items of loads in flight a warp:
-2, 3, 4 or 6), CTAs an SM (0: as many as fit), and whether a CTA's warps split each group of
-16 rows' K (meeting at a block barrier) or each warp walks whole groups. The grid is
-persistent: at most as many CTAs as fit on the GPU at once, each staging the activation row
-once.
+Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
+block barrier), the pipeline depth (items of loads in flight a warp: 2 or 3; registers are
+capped at 64 a thread for 32 resident warps an SM, so deeper pipelines spill) and CTAs an SM
+(0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
+each staging the activation row once.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 class Launch(NamedTuple):
     warps: int = 8  # a CTA's warps (1..16; at most K / 128)
-    pipe: int = 3  # items of loads in flight a warp (2, 3, 4 or 6)
+    pipe: int = 2  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
-    whole: bool = False  # each warp walks whole row groups (else a CTA's warps split each)
 
 
 DEFAULT_LAUNCH = Launch()
@@ -124,10 +123,10 @@ def launch(
     )  # fmt: skip
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    ints = (ctypes.c_int * 14)(
+    ints = (ctypes.c_int * 13)(
         op, N, n_out, K, weight.groups, min(weight.group_size, K) // CHUNK,
         SCALE_CODES[scales.dtype], weight.zero_offset, flags, settings.warps, settings.pipe,
-        settings.ctas, index, int(settings.whole),
+        settings.ctas, index,
     )  # fmt: skip
     strides = (ctypes.c_int64 * 1)(0)
     stream = torch.cuda.current_stream(x.device).cuda_stream

@@ -22,12 +22,12 @@
 // (symmetric weights: acc += s D).
 //
 // Grid: up to as many CTAs as fit on the GPU at once, each staging the activation row once
-// (RMS-normalised when NORM, rounded as transformers rounds). A group is 16 weight rows
-// (GATE_UP: gate rows 8i .. 8i+7 and up rows I+8i .. I+8i+7, for outputs 8i .. 8i+7). Split:
-// the CTA walks groups blockIdx.x, + gridDim.x, ..., its warps splitting each group's chunks
-// (warp w: chunks w, w + W, ...), their sums met in shared memory at the group's end (one
-// block barrier) and finished by warp 0. Whole: each warp walks whole groups alone and its
-// lanes finish them (no barrier). The epilogues:
+// (RMS-normalised when NORM, rounded as transformers rounds) and walking row groups
+// blockIdx.x, + gridDim.x, ...; a group is 16 weight rows (GATE_UP: gate rows 8i .. 8i+7 and
+// up rows I+8i .. I+8i+7, for outputs 8i .. 8i+7), its chunks split over the CTA's warps
+// (warp w: chunks w, w + W, ...), the warps' sums met in shared memory at the group's end
+// (one block barrier) and finished by warp 0 (a warp walking whole groups alone measured
+// 1.2-6x slower: too few warps). The epilogues:
 //   LINEAR    y[r] = round(acc + bias[r])            (qkv: norm_linear; linear)
 //   RESIDUAL  res[r] = round(res[r] + round(acc))    (o_proj, down_proj)
 //   GATE_UP   act[j] = round(round(silu(round(g))) * round(u))
@@ -45,6 +45,9 @@ namespace {
 constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
 constexpr int CHUNK = 128;  // values of a row an item covers (4 lanes x 32)
 constexpr int MAX_WARPS = 16;
+// Resident CTAs of MAX_WARPS an SM the registers must allow: 64 registers a thread, 32 warps an
+// SM (the MMA chains and loads in flight want warps more than registers).
+constexpr int MIN_CTAS = 2;
 constexpr unsigned FULL = 0xffffffffu;
 
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
@@ -60,6 +63,10 @@ template <typename T> struct Num;
 template <> struct Num<__nv_bfloat16> {
   static constexpr uint32_t MAGIC = 0x43004300u;   // bfloat16 pair (128, 128)
   static constexpr uint32_t CENTER = 0x43084308u;  // (136, 136): 128 + q - 136 = q - 8
+  // The MMA takes 128 + q (the sums keep 20 bits past the magic's part: enough for a result
+  // rounded to bfloat16's 8), so no subtract.
+  static constexpr bool CENTERED = false;
+  static constexpr float SHIFT = 128.f;
   static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
     const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
                                      *reinterpret_cast<const __nv_bfloat162*>(&b));
@@ -85,6 +92,9 @@ template <> struct Num<__nv_bfloat16> {
 template <> struct Num<__half> {
   static constexpr uint32_t MAGIC = 0x64006400u;   // float16 pair (1024, 1024)
   static constexpr uint32_t CENTER = 0x64086408u;  // (1032, 1032): 1024 + q - 1032 = q - 8
+  // The MMA takes q - 8: with 1024 + q the sums lost float16 ulps of the result.
+  static constexpr bool CENTERED = true;
+  static constexpr float SHIFT = -8.f;
   static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
     const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&a),
                               *reinterpret_cast<const __half2*>(&b));
@@ -131,11 +141,12 @@ __device__ __forceinline__ float scale_value(uint32_t bits, int code) {
   return __uint_as_float(bits);
 }
 
-// The pair of nibbles (sh/4, sh/4 + 4) of word w as a pair of q - 8 in the model dtype, exact:
-// (magic + q) by a mask-and-or, then minus (magic + 8), so that the MMA's sums stay small.
+// The pair of nibbles (sh/4, sh/4 + 4) of word w as a pair of q + SHIFT in the model dtype,
+// exact: (magic + q) by a mask-and-or, then (float16) minus (magic + 8).
 template <typename T>
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh) {
-  return Num<T>::sub(((w >> sh) & 0x000F000Fu) | Num<T>::MAGIC, Num<T>::CENTER);
+  const uint32_t v = ((w >> sh) & 0x000F000Fu) | Num<T>::MAGIC;
+  return Num<T>::CENTERED ? Num<T>::sub(v, Num<T>::CENTER) : v;
 }
 
 // What one item loads: this lane's 16 bytes of its two rows, their scales and zero points.
@@ -188,23 +199,24 @@ __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, i
                                               float& acc_lo, float& acc_hi) {
   // B operands: words (c * 4 + c4) * 16 .. + 15, two per MMA
   const uint4* b4 = reinterpret_cast<const uint4*>(xp + (c * 4 + c4) * 16);
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  // Two accumulators (MMAs 2m and 2m + 1): chains of 4 dependent MMAs, not 8.
+  float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
   const uint32_t lo[4] = {st.lo.x, st.lo.y, st.lo.z, st.lo.w};
   const uint32_t hi[4] = {st.hi.x, st.hi.y, st.hi.z, st.hi.w};
 #pragma unroll
   for (int m = 0; m < 4; m++) {
     const uint4 b = b4[m];  // MMA 2m: b.x, b.y; MMA 2m + 1: b.z, b.w
-    Num<T>::mma(d, nibble_pair<T>(lo[m], 0), nibble_pair<T>(hi[m], 0), nibble_pair<T>(lo[m], 4),
-                nibble_pair<T>(hi[m], 4), b.x, b.y);
-    Num<T>::mma(d, nibble_pair<T>(lo[m], 8), nibble_pair<T>(hi[m], 8),
+    Num<T>::mma(d0, nibble_pair<T>(lo[m], 0), nibble_pair<T>(hi[m], 0),
+                nibble_pair<T>(lo[m], 4), nibble_pair<T>(hi[m], 4), b.x, b.y);
+    Num<T>::mma(d1, nibble_pair<T>(lo[m], 8), nibble_pair<T>(hi[m], 8),
                 nibble_pair<T>(lo[m], 12), nibble_pair<T>(hi[m], 12), b.z, b.w);
   }
+  // sum (q + SHIFT) x, then minus (SHIFT + z) sum x
   const float sx = xsum[c];
-  float y_lo = d[0], y_hi = d[2];  // sum (q - 8) x; then minus (z - 8) sum x
-  if (wk.flags & F_ZEROS) {
-    y_lo = fmaf((float)(8 - (int)st.z_lo - zoff), sx, y_lo);
-    y_hi = fmaf((float)(8 - (int)st.z_hi - zoff), sx, y_hi);
-  }
+  const float z_lo = (wk.flags & F_ZEROS) ? (float)((int)st.z_lo + zoff) : 8.f;
+  const float z_hi = (wk.flags & F_ZEROS) ? (float)((int)st.z_hi + zoff) : 8.f;
+  const float y_lo = fmaf(-(Num<T>::SHIFT + z_lo), sx, d0[0] + d1[0]);
+  const float y_hi = fmaf(-(Num<T>::SHIFT + z_hi), sx, d0[2] + d1[2]);
   acc_lo = fmaf(scale_value(st.s_lo, wk.scale_code), y_lo, acc_lo);
   acc_hi = fmaf(scale_value(st.s_hi, wk.scale_code), y_hi, acc_hi);
 }
@@ -244,20 +256,6 @@ __device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, in
   }
   const int row = TILE * i + lane;
   if (lane < TILE && row < wk.N) store_row<T>(wk, row, a, bias, out);
-}
-
-// The group's rows from one warp's sums (whole groups): lane (g, 0) holds rows g and g + 8.
-template <typename T>
-__device__ __forceinline__ void finish_lanes(const Work& wk, int i, int g, float acc_lo,
-                                             float acc_hi, const T* bias, T* out) {
-  if (wk.op == OP_GATE_UP) {
-    const int o = 8 * i + g;
-    if (o < wk.n_out) out[o] = silu_mul<T>(acc_lo, acc_hi);
-    return;
-  }
-  const int row = TILE * i + g;
-  if (row < wk.N) store_row<T>(wk, row, acc_lo, bias, out);
-  if (row + 8 < wk.N) store_row<T>(wk, row + 8, acc_hi, bias, out);
 }
 
 // The activation row into shared memory in the MMAs' k order: each 8 values x0..x7 as the
@@ -331,11 +329,11 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
 }
 
 template <typename T, int PIPE>
-__global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
+__global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
-    int gpc, int scale_code, int zoff, int flags, int whole, float eps) {
+    int gpc, int scale_code, int zoff, int flags, float eps) {
   extern __shared__ uint32_t smem[];
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
@@ -356,13 +354,11 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
   wk.flags = flags;
   wk.op = op;
   const int n_groups = op == OP_GATE_UP ? (n_out + 7) / 8 : (N + TILE - 1) / TILE;
-  // Who walks a group: the CTA's warps together (split: warp w takes chunks w, w + W, ...; the
-  // launcher gives W <= chunks, so every warp has chunks in every group and meets the same
-  // block barriers), or each warp alone (whole: all the group's chunks, no barrier).
-  const int team = whole ? blockIdx.x * W + warp : blockIdx.x;
-  const int stride = whole ? gridDim.x * W : gridDim.x;
-  const int c0 = whole ? 0 : warp, cstep = whole ? 1 : W;
-  const int cw = whole ? wk.chunks : (wk.chunks - warp + W - 1) / W;
+  // The CTA walks groups blockIdx.x, + gridDim.x, ...; warp w takes chunks w, w + W, ... of
+  // each (the launcher gives W <= chunks: every warp has chunks in every group, so it meets
+  // the same block barriers).
+  const int team = blockIdx.x, stride = gridDim.x, c0 = warp, cstep = W;
+  const int cw = (wk.chunks - warp + W - 1) / W;
   const int mine = team < n_groups ? (n_groups - team + stride - 1) / stride : 0;
   const int items = mine * cw;
 
@@ -392,19 +388,14 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
         const int k = f % cw;
         compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, xp, xsum, acc_lo, acc_hi);
         if (k == cw - 1) {  // the group's end
-          const int i = team + (f / cw) * stride;
-          if (whole) {
-            if (c4 == 0) finish_lanes<T>(wk, i, g, acc_lo, acc_hi, bias, out);
-          } else {  // meet the other warps
-            float* r = red + buf * W * TILE;
-            if (c4 == 0) {
-              r[warp * TILE + g] = acc_lo;
-              r[warp * TILE + g + 8] = acc_hi;
-            }
-            __syncthreads();
-            if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
-            buf ^= 1;
+          float* r = red + buf * W * TILE;  // meet the other warps
+          if (c4 == 0) {
+            r[warp * TILE + g] = acc_lo;
+            r[warp * TILE + g + 8] = acc_hi;
           }
+          __syncthreads();
+          if (warp == 0) finish_group<T>(wk, team + (f / cw) * stride, lane, W, r, bias, out);
+          buf ^= 1;
           acc_lo = acc_hi = 0.f;
         }
       }
@@ -414,7 +405,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) int4_gemv_kernel(
 
 template <typename T, int PIPE>
 cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* f, const int* n,
-                         int flags, int whole, int n_groups) {
+                         int flags, int n_groups) {
   cudaLaunchConfig_t cfg = base;
   auto kernel = int4_gemv_kernel<T, PIPE>;
   const int K = n[3];
@@ -435,13 +426,12 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   if (err != cudaSuccess) return err;
   int grid = per_sm * sms;
   if (n[11] > 0 && n[11] < per_sm) grid = n[11] * sms;  // CTAs an SM, when asked for fewer
-  const int teams = whole ? (n_groups + W - 1) / W : n_groups;  // CTAs with work
-  grid = grid < teams ? grid : teams;
+  grid = grid < n_groups ? grid : n_groups;
   cfg.gridDim = dim3(grid > 0 ? grid : 1);
   cfg.dynamicSmemBytes = smem;
   return cudaLaunchKernelEx(&cfg, kernel, (const T*)a[0], (const T*)a[1], (const T*)a[2],
                             (const uint4*)a[3], (const void*)a[4], (const uint8_t*)a[5], (T*)a[6],
-                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, whole, f[0]);
+                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, f[0]);
 }
 
 }  // namespace
@@ -452,9 +442,8 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), chunks of 128 a group
 // (the group size / 128, or K / 128 for one group), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..16; split: lowered to K / 128), pipeline depth (2, 3, 4 or 6), CTAs an SM (0: as many
-// as fit), device, whole (1: each warp walks whole groups; 0: a CTA's warps split a group's
-// chunks). dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
+// (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
+// device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
@@ -462,8 +451,7 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 1 || n[0] < 0 ||
       n[0] > 2)
     return (int)cudaErrorInvalidValue;
-  const int whole = n[13] != 0;
-  const int warps = whole || n[9] < K / CHUNK ? n[9] : K / CHUNK;
+  const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t cfg = {};
@@ -481,10 +469,8 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
 #define EVK_PIPE(T)                                                         \
   switch (pipe) {                                                          \
-    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, whole, n_groups); \
-    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, whole, n_groups); \
-    case 4: return (int)launch_typed<T, 4>(cfg, a, f, n, flags, whole, n_groups); \
-    case 6: return (int)launch_typed<T, 6>(cfg, a, f, n, flags, whole, n_groups); \
+    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
+    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
     default: return (int)cudaErrorInvalidValue;                            \
   }
   if (dtype == 0) {
