@@ -50,7 +50,7 @@ F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 class Launch(NamedTuple):
     warps: int = 8  # a CTA's warps (1..16; at most K / 128)
-    pipe: int = 2  # items of loads in flight a warp (2 or 3)
+    pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
 
 
