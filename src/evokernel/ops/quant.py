@@ -86,10 +86,10 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("int8", "gate_up"): ((2048, "convert", 0), (None, "convert", 4)),
     ("int8", "head"): ((None, "convert", 4),),
     ("int4", "norm_linear"): (
-        (2560, "cuda", 8),
-        (None, "cuda", 16),
         (1024, "magic", 0),
         (2048, "interleave", 0),
+        (2560, "cuda", 8),
+        (None, "cuda", 16),
         (None, "interleave", 4),
     ),
     ("int4", "linear_residual"): (
@@ -97,7 +97,7 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
         (None, "cuda", 16),
         (None, "interleave", 4),
     ),
-    ("int4", "gate_up"): ((None, "cuda", 8), (2048, "interleave", 0), (None, "interleave", 4)),
+    ("int4", "gate_up"): ((2048, "interleave", 0), (None, "cuda", 8), (None, "interleave", 4)),
     ("int4", "head"): ((None, "interleave", 4),),
 }
 DEQUANT: str | None = None
