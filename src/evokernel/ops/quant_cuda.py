@@ -24,8 +24,8 @@ shapes; a CUDA-core version of this kernel (3 instructions a value) measured no 
 
 Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
 block barrier), the pipeline depth (items of asynchronous copies in flight a warp, staged in
-shared memory: 4, 6 or 8) and CTAs an SM (0: as many as fit). The grid is persistent: at
-most as many CTAs as fit on the GPU at once, each staging the activation row once.
+shared memory: 4, 6 or 8) and CTAs an SM (0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
+each staging the activation row once.
 """
 
 from __future__ import annotations
