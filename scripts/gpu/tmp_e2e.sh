@@ -4,7 +4,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 EK="python3 -m evokernel"
-[[ ${TESTS:-1} == 1 ]] && timeout 150 python3 -m pytest tests/kernels/test_int4_cuda.py -q -p no:cacheprovider -m gpu 2>&1 | tail -1
+timeout 150 python3 -m pytest tests/kernels/test_int4_cuda.py -q -p no:cacheprovider -m gpu 2>&1 | tail -1
 C=/tmp/ck; mkdir -p $C
 t0=$(date +%s)
 if [[ ${SMALL:-1} == 1 ]]; then
@@ -19,5 +19,5 @@ fi
 [ -f $C/b8-int4/config.json ] || $EK quantize --model $C/b8 --out $C/b8-int4 --format int4 --head int8 > $OUT/q.log 2>&1 || tail -5 $OUT/q.log
 echo "ckpts $(( $(date +%s) - t0 )) s"
 timeout ${BT:-300} $EK bench decode --model $C/b8 --quantized $C/b8-int4 --baselines evokernel \
-  ${BARGS:---positions 1,4096} --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "bench rc $?"
+  --positions ${POS:-1,4096} ${BARGS:-} --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "bench rc $?"
 grep -E "^evokernel|bench decode" $OUT/e2e.log | tail -12

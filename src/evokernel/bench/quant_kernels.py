@@ -62,10 +62,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-w16": {"dequant": "cuda", "gemv_warps": 16},
-    "cuda-pipe4": {"dequant": "cuda", "cuda_pipe": 4},
-    "cuda-pipe8": {"dequant": "cuda", "cuda_pipe": 8},
-    "cuda-w16-pipe4": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 4},
-    "cuda-w4-pipe8": {"dequant": "cuda", "gemv_warps": 4, "cuda_pipe": 8},
+    "cuda-pipe3": {"dequant": "cuda", "cuda_pipe": 3},
+    "cuda-w16-pipe3": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 3},
+    "cuda-w4-pipe3": {"dequant": "cuda", "gemv_warps": 4, "cuda_pipe": 3},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6

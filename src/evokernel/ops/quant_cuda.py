@@ -23,8 +23,9 @@ shapes; a CUDA-core version of this kernel (3 instructions a value) measured no 
 (docs/perf-log.md).
 
 Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
-block barrier), the pipeline depth (items of asynchronous copies in flight a warp, staged in
-shared memory: 4, 6 or 8) and CTAs an SM (0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
+block barrier), the pipeline depth (items of loads in flight a warp: 2 or 3; registers are
+capped at 64 a thread for 32 resident warps an SM, so deeper pipelines spill) and CTAs an SM
+(0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
 each staging the activation row once.
 """
 
@@ -49,7 +50,7 @@ F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 class Launch(NamedTuple):
     warps: int = 8  # a CTA's warps (1..16; at most K / 128)
-    pipe: int = 6  # items of copies in flight a warp (4, 6 or 8)
+    pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
 
 

@@ -31,11 +31,9 @@
 //   LINEAR    y[r] = round(acc + bias[r])            (qkv: norm_linear; linear)
 //   RESIDUAL  res[r] = round(res[r] + round(acc))    (o_proj, down_proj)
 //   GATE_UP   act[j] = round(round(silu(round(g))) * round(u))
-// Each warp's items (group, chunk) are software-pipelined PIPE deep through shared memory:
-// the copies of item f + PIPE - 1 (cp.async: no registers held while they fly) are issued
-// before item f is computed, the first PIPE - 1 before the PDL wait (the weights do not
-// depend on the previous kernel). Holding the stages in registers instead capped the depth
-// at 2-3 (64 registers a thread for 32 warps an SM) and the loads in flight with it.
+// Each warp's items (group, chunk) are software-pipelined PIPE deep: the loads of item
+// f + PIPE - 1 are issued before item f is computed, the first PIPE - 1 before the PDL wait
+// (the weights do not depend on the previous kernel).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -131,12 +129,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// The scale of index gi from the 4-byte word holding it. code 0 bfloat16, 1 float16, 2 float32.
-__device__ __forceinline__ float scale_value(uint32_t word, int64_t gi, int code) {
-  if (code == 2) return __uint_as_float(word);
-  const uint32_t bits = (word >> (16 * (int)(gi & 1))) & 0xFFFFu;
+// A scale's raw bits (loaded early, converted when used). code 0 bfloat16, 1 float16, 2 float32.
+__device__ __forceinline__ uint32_t load_scale_bits(const void* s, int64_t i, int code) {
+  if (code == 2) return __ldg(reinterpret_cast<const uint32_t*>(s) + i);
+  return __ldg(reinterpret_cast<const unsigned short*>(s) + i);
+}
+
+__device__ __forceinline__ float scale_value(uint32_t bits, int code) {
   if (code == 0) return __uint_as_float(bits << 16);
-  return __half2float(__ushort_as_half((unsigned short)bits));
+  if (code == 1) return __half2float(__ushort_as_half((unsigned short)bits));
+  return __uint_as_float(bits);
 }
 
 // The pair of nibbles (sh/4, sh/4 + 4) of word w as a pair of q + SHIFT in the model dtype,
@@ -147,32 +149,8 @@ __device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh) {
   return Num<T>::CENTERED ? Num<T>::sub(v, Num<T>::CENTER) : v;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// Asynchronous copies global -> shared (not through registers): 16 bytes through L2 only,
-// 4 bytes through L1; a commit closes this thread's group of copies, a wait leaves at most N
-// of its groups in flight.
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// A lane's part of one pipeline stage in shared memory: its 16 bytes of rows g and g + 8 and
-// the 4-byte words holding their scales and zero points (48 bytes: a warp's LDS.128 of the
-// rows then falls in distinct banks 8 lanes at a time). Each lane reads back only what it
-// copied, so a lane's own cp.async wait is the only ordering needed.
-struct Slot {
+// What one item loads: this lane's 16 bytes of its two rows, their scales and zero points.
+struct Stage {
   uint4 lo, hi;
   uint32_t s_lo, s_hi, z_lo, z_hi;
 };
@@ -184,48 +162,47 @@ struct Work {
   int N, n_out, chunks, groups, gpc, scale_code, flags, op;
 };
 
-// This lane's two weight rows of group i (row g and row g + 8 of the tile). Rows past the
-// weight are clamped to its last: their sums go to outputs nobody stores.
+// This lane's two weight rows of group i (row g and row g + 8 of the tile), -1 past the weight.
 __device__ __forceinline__ int2 lane_rows(const Work& wk, int i, int g) {
   if (wk.op == OP_GATE_UP) {
-    const int out = min(8 * i + g, wk.n_out - 1);
-    return make_int2(out, wk.n_out + out);
+    const int out = 8 * i + g;
+    return out < wk.n_out ? make_int2(out, wk.n_out + out) : make_int2(-1, -1);
   }
-  const int lo = TILE * i + g;
-  return make_int2(min(lo, wk.N - 1), min(lo + 8, wk.N - 1));
+  const int lo = TILE * i + g, hi = lo + 8;
+  return make_int2(lo < wk.N ? lo : -1, hi < wk.N ? hi : -1);
 }
 
-__device__ __forceinline__ int64_t group_index(const Work& wk, int row, int c) {
-  return (int64_t)row * wk.groups + c / wk.gpc;
+__device__ __forceinline__ void load_row(const Work& wk, int row, int c, int c4, uint4& w,
+                                         uint32_t& s, uint32_t& z) {
+  if (row < 0) {
+    w = make_uint4(0u, 0u, 0u, 0u);
+    s = 0u;
+    z = 0u;
+    return;
+  }
+  w = __ldcs(wk.q + ((int64_t)row * wk.chunks + c) * 4 + c4);
+  const int64_t gi = (int64_t)row * wk.groups + c / wk.gpc;
+  s = load_scale_bits(wk.scales, gi, wk.scale_code);
+  z = (wk.flags & F_ZEROS) ? (uint32_t)__ldg(wk.zeros + gi) : 0u;
 }
 
-// The copies of item (group i, chunk c) into this lane's slot.
-__device__ __forceinline__ void issue(const Work& wk, int i, int c, int g, int c4, Slot* slot) {
+__device__ __forceinline__ void load_stage(const Work& wk, int i, int c, int g, int c4,
+                                           Stage& st) {
   const int2 rows = lane_rows(wk, i, g);
-  cp16(&slot->lo, wk.q + ((int64_t)rows.x * wk.chunks + c) * 4 + c4);
-  cp16(&slot->hi, wk.q + ((int64_t)rows.y * wk.chunks + c) * 4 + c4);
-  const int esize = wk.scale_code == 2 ? 4 : 2;
-  const char* sb = reinterpret_cast<const char*>(wk.scales);
-  const int64_t g_lo = group_index(wk, rows.x, c), g_hi = group_index(wk, rows.y, c);
-  cp4(&slot->s_lo, sb + ((g_lo * esize) & ~(int64_t)3));
-  cp4(&slot->s_hi, sb + ((g_hi * esize) & ~(int64_t)3));
-  if (wk.flags & F_ZEROS) {
-    cp4(&slot->z_lo, wk.zeros + (g_lo & ~(int64_t)3));
-    cp4(&slot->z_hi, wk.zeros + (g_hi & ~(int64_t)3));
-  }
+  load_row(wk, rows.x, c, c4, st.lo, st.s_lo, st.z_lo);
+  load_row(wk, rows.y, c, c4, st.hi, st.s_hi, st.z_hi);
 }
 
 template <typename T>
-__device__ __forceinline__ void compute_item(const Work& wk, const Slot* slot, int i, int c,
-                                             int g, int c4, int zoff, const uint32_t* xp,
-                                             const float* xsum, float& acc_lo, float& acc_hi) {
-  const uint4 wl = slot->lo, wh = slot->hi;
+__device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, int c, int c4,
+                                              int zoff, const uint32_t* xp, const float* xsum,
+                                              float& acc_lo, float& acc_hi) {
   // B operands: words (c * 4 + c4) * 16 .. + 15, two per MMA
   const uint4* b4 = reinterpret_cast<const uint4*>(xp + (c * 4 + c4) * 16);
   // Two accumulators (MMAs 2m and 2m + 1): chains of 4 dependent MMAs, not 8.
   float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-  const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w};
-  const uint32_t hi[4] = {wh.x, wh.y, wh.z, wh.w};
+  const uint32_t lo[4] = {st.lo.x, st.lo.y, st.lo.z, st.lo.w};
+  const uint32_t hi[4] = {st.hi.x, st.hi.y, st.hi.z, st.hi.w};
 #pragma unroll
   for (int m = 0; m < 4; m++) {
     const uint4 b = b4[m];  // MMA 2m: b.x, b.y; MMA 2m + 1: b.z, b.w
@@ -234,19 +211,14 @@ __device__ __forceinline__ void compute_item(const Work& wk, const Slot* slot, i
     Num<T>::mma(d1, nibble_pair<T>(lo[m], 8), nibble_pair<T>(hi[m], 8),
                 nibble_pair<T>(lo[m], 12), nibble_pair<T>(hi[m], 12), b.z, b.w);
   }
-  const int2 rows = lane_rows(wk, i, g);
-  const int64_t g_lo = group_index(wk, rows.x, c), g_hi = group_index(wk, rows.y, c);
   // sum (q + SHIFT) x, then minus (SHIFT + z) sum x
   const float sx = xsum[c];
-  float z_lo = 8.f, z_hi = 8.f;
-  if (wk.flags & F_ZEROS) {
-    z_lo = (float)((int)((slot->z_lo >> (8 * (int)(g_lo & 3))) & 0xFFu) + zoff);
-    z_hi = (float)((int)((slot->z_hi >> (8 * (int)(g_hi & 3))) & 0xFFu) + zoff);
-  }
+  const float z_lo = (wk.flags & F_ZEROS) ? (float)((int)st.z_lo + zoff) : 8.f;
+  const float z_hi = (wk.flags & F_ZEROS) ? (float)((int)st.z_hi + zoff) : 8.f;
   const float y_lo = fmaf(-(Num<T>::SHIFT + z_lo), sx, d0[0] + d1[0]);
   const float y_hi = fmaf(-(Num<T>::SHIFT + z_hi), sx, d0[2] + d1[2]);
-  acc_lo = fmaf(scale_value(slot->s_lo, g_lo, wk.scale_code), y_lo, acc_lo);
-  acc_hi = fmaf(scale_value(slot->s_hi, g_hi, wk.scale_code), y_hi, acc_hi);
+  acc_lo = fmaf(scale_value(st.s_lo, wk.scale_code), y_lo, acc_lo);
+  acc_hi = fmaf(scale_value(st.s_hi, wk.scale_code), y_hi, acc_hi);
 }
 
 // Output row `row` (< N) of a LINEAR or RESIDUAL op from its sum a.
@@ -366,9 +338,6 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
   float* red = xsum + K / CHUNK;                        // [2][W][16] (and 32 for the norm)
-  const int W0 = blockDim.x >> 5;
-  // the stages: [W][PIPE][32] Slots, 16-byte aligned
-  uint32_t* slots_base = smem + ((K / 2 + K / CHUNK + 2 * W0 * TILE + 32 + 3) & ~3);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
   const int g = lane >> 2, c4 = lane & 3;
 
@@ -393,12 +362,11 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   const int mine = team < n_groups ? (n_groups - team + stride - 1) / stride : 0;
   const int items = mine * cw;
 
-  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep, in stage f % PIPE.
-  Slot* my = reinterpret_cast<Slot*>(slots_base) + warp * PIPE * 32 + lane;
+  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep.
+  Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
-    if (p < items) issue(wk, team + (p / cw) * stride, c0 + (p % cw) * cstep, g, c4, my + p * 32);
-    cp_commit();
+    if (p < items) load_stage(wk, team + (p / cw) * stride, c0 + (p % cw) * cstep, g, c4, st[p]);
   }
   if (flags & F_PDL) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -408,29 +376,31 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
 
   float acc_lo = 0.f, acc_hi = 0.f;
   int buf = 0;
-  for (int f = 0; f < items; f++) {
-    const int ahead = f + PIPE - 1;
-    if (ahead < items)
-      issue(wk, team + (ahead / cw) * stride, c0 + (ahead % cw) * cstep, g, c4,
-            my + (ahead % PIPE) * 32);
-    cp_commit();
-    cp_wait<PIPE - 1>();  // item f's copies have landed
-    const int k = f % cw, i = team + (f / cw) * stride;
-    compute_item<T>(wk, my + (f % PIPE) * 32, i, c0 + k * cstep, g, c4, zoff, xp, xsum, acc_lo,
-                    acc_hi);
-    if (k == cw - 1) {  // the group's end: meet the other warps
-      float* r = red + buf * W * TILE;
-      if (c4 == 0) {
-        r[warp * TILE + g] = acc_lo;
-        r[warp * TILE + g + 8] = acc_hi;
+  for (int f0 = 0; f0 < items; f0 += PIPE) {
+#pragma unroll
+    for (int p = 0; p < PIPE; p++) {
+      const int f = f0 + p;
+      if (f < items) {
+        const int ahead = f + PIPE - 1;
+        if (ahead < items)
+          load_stage(wk, team + (ahead / cw) * stride, c0 + (ahead % cw) * cstep, g, c4,
+                     st[(p + PIPE - 1) % PIPE]);
+        const int k = f % cw;
+        compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, xp, xsum, acc_lo, acc_hi);
+        if (k == cw - 1) {  // the group's end
+          float* r = red + buf * W * TILE;  // meet the other warps
+          if (c4 == 0) {
+            r[warp * TILE + g] = acc_lo;
+            r[warp * TILE + g + 8] = acc_hi;
+          }
+          __syncthreads();
+          if (warp == 0) finish_group<T>(wk, team + (f / cw) * stride, lane, W, r, bias, out);
+          buf ^= 1;
+          acc_lo = acc_hi = 0.f;
+        }
       }
-      __syncthreads();
-      if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
-      buf ^= 1;
-      acc_lo = acc_hi = 0.f;
     }
   }
-  cp_wait<0>();
 }
 
 template <typename T, int PIPE>
@@ -440,8 +410,7 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   auto kernel = int4_gemv_kernel<T, PIPE>;
   const int K = n[3];
   const int W = (int)cfg.blockDim.x / 32;
-  const size_t smem = sizeof(uint32_t) * (((size_t)K / 2 + K / CHUNK + 2 * W * TILE + 32 + 3) & ~3) +
-                      sizeof(Slot) * (size_t)W * PIPE * 32;
+  const size_t smem = sizeof(uint32_t) * ((size_t)K / 2 + K / CHUNK + 2 * W * TILE + 32);
   cudaError_t err = cudaSuccess;
   if (smem > 48 * 1024) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -473,7 +442,7 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), chunks of 128 a group
 // (the group size / 128, or K / 128 for one group), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..16, lowered to K / 128), pipeline depth (4, 6 or 8), CTAs an SM (0: as many as fit),
+// (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
@@ -500,9 +469,8 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
 #define EVK_PIPE(T)                                                         \
   switch (pipe) {                                                          \
-    case 4: return (int)launch_typed<T, 4>(cfg, a, f, n, flags, n_groups); \
-    case 6: return (int)launch_typed<T, 6>(cfg, a, f, n, flags, n_groups); \
-    case 8: return (int)launch_typed<T, 8>(cfg, a, f, n, flags, n_groups); \
+    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
+    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
     default: return (int)cudaErrorInvalidValue;                            \
   }
   if (dtype == 0) {
