@@ -78,6 +78,8 @@ def test_the_declared_space_offers_cuda_only_where_the_kernel_is_written_for() -
     assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 128, g), "head")
     assert "cuda" not in quant.modes(int_weight(64, 1000, 4, 40, g), "norm_linear")  # K % 128
     assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 64, g), "norm_linear")  # group
+    assert "cuda" not in quant.modes(int_weight(64, 1536, 4, 384, g), "norm_linear")  # 3 chunks
+    assert "cuda" in quant.modes(int_weight(64, 1536, 4, -1, g), "norm_linear")  # one group
     assert "cuda" not in quant.modes(int_weight(64, 1024, 8, 128, g), "norm_linear")
     assert not quant_cuda.shape_fits(int_weight(64, 1024, 8, 128, g))
 

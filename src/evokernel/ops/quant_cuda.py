@@ -8,7 +8,8 @@ Same results as kernels/quant_gemv.py's fused kernels (ops/quant.py's signatures
   OP_RESIDUAL  out [1, N] += round(W @ x), in place              (linear_residual)
   OP_GATE_UP   out [1, I] = silu(round(Wg @ n)) * round(Wu @ n)  (norm_gate_up_silu)
 
-For the shapes it is written for: an `Int4Weight` whose K and group size are multiples of 128,
+For the shapes it is written for: an `Int4Weight` whose K is a multiple of 128 and group size
+128 times a power of two (or one group a row),
 whose act-order permutation (if any) the launcher of ops/quant.py gathers first (`Layout.stored`),
 one bfloat16 or float16 row, 16-byte aligned, on sm_90+ with nvcc to build it
 (ops/cuda_build.py). Elsewhere `applies` is False and the caller keeps the Triton kernels.
@@ -71,8 +72,12 @@ def shape_fits(weight: object) -> bool:
     if not isinstance(weight, Int4Weight):
         return False
     _N, K = weight.shape
+    chunks = weight.group_size // CHUNK  # a group's chunks: a power of two, or one group a row
     return (
-        K % CHUNK == 0 and weight.group_size % CHUNK == 0 and (weight.scales.dtype in SCALE_CODES)
+        K % CHUNK == 0
+        and weight.group_size % CHUNK == 0
+        and (weight.groups == 1 or chunks & (chunks - 1) == 0)
+        and weight.scales.dtype in SCALE_CODES
     )
 
 
@@ -124,7 +129,7 @@ def launch(
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     ints = (ctypes.c_int * 13)(
-        op, N, n_out, K, weight.groups, min(weight.group_size, K) // CHUNK,
+        op, N, n_out, K, weight.groups, (weight.group_size // CHUNK).bit_length() - 1,
         SCALE_CODES[scales.dtype], weight.zero_offset, flags, settings.warps, settings.pipe,
         settings.ctas, index,
     )  # fmt: skip

@@ -6,7 +6,8 @@
 // Layout read: qweight int32 [N, K/8], value k of a row at bits 4(k%8) .. 4(k%8)+3 of word
 // k/8; scales [N, G] (bfloat16, float16 or float32); zero points uint8 [N, G] + zoff, or none
 // (symmetric: 8). The launcher (ops/quant_cuda.py) takes K as a multiple of 128 and the group
-// size as a multiple of 128 (or one group a row), so a chunk of 128 values lies in one group.
+// size as 128 times a power of two (or one group a row), so a chunk of 128 values lies in one
+// group, found by a shift.
 //
 // The products: a warp computes a tile of 16 weight rows x 128 values (one chunk) with 8
 // mma.m16n8k16 (fp32 accumulate). Lane l (g = l/4, c4 = l%4) loads 16 bytes of row g and of
@@ -159,7 +160,7 @@ struct Work {
   const uint4* q;
   const void* scales;
   const uint8_t* zeros;
-  int N, n_out, chunks, groups, gpc, scale_code, flags, op;
+  int N, n_out, chunks, groups, gpc_shift, scale_code, flags, op;
 };
 
 // This lane's two weight rows of group i (row g and row g + 8 of the tile), -1 past the weight.
@@ -181,7 +182,7 @@ __device__ __forceinline__ void load_row(const Work& wk, int row, int c, int c4,
     return;
   }
   w = __ldcs(wk.q + ((int64_t)row * wk.chunks + c) * 4 + c4);
-  const int64_t gi = (int64_t)row * wk.groups + c / wk.gpc;
+  const int64_t gi = (int64_t)row * wk.groups + (wk.groups == 1 ? 0 : c >> wk.gpc_shift);
   s = load_scale_bits(wk.scales, gi, wk.scale_code);
   z = (wk.flags & F_ZEROS) ? (uint32_t)__ldg(wk.zeros + gi) : 0u;
 }
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
-    int gpc, int scale_code, int zoff, int flags, float eps) {
+    int gpc_shift, int scale_code, int zoff, int flags, float eps) {
   extern __shared__ uint32_t smem[];
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   wk.n_out = n_out;
   wk.chunks = K / CHUNK;
   wk.groups = groups;
-  wk.gpc = gpc;
+  wk.gpc_shift = gpc_shift;
   wk.scale_code = scale_code;
   wk.flags = flags;
   wk.op = op;
@@ -362,11 +363,22 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   const int mine = team < n_groups ? (n_groups - team + stride - 1) / stride : 0;
   const int items = mine * cw;
 
-  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep.
+  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep, walked by counters (a
+  // division by a run-time value is ~20 instructions; they were half of the loop's).
+  int i_next = team, k_next = 0;  // the next item to load
+  auto advance = [cw, stride](int& i, int& k) {
+    if (++k == cw) {
+      k = 0;
+      i += stride;
+    }
+  };
   Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
-    if (p < items) load_stage(wk, team + (p / cw) * stride, c0 + (p % cw) * cstep, g, c4, st[p]);
+    if (p < items) {
+      load_stage(wk, i_next, c0 + k_next * cstep, g, c4, st[p]);
+      advance(i_next, k_next);
+    }
   }
   if (flags & F_PDL) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -375,17 +387,16 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   stage_x<T>(x, norm_w, K, eps, flags, xp, xsum, red);
 
   float acc_lo = 0.f, acc_hi = 0.f;
-  int buf = 0;
+  int buf = 0, i = team, k = 0;  // the item computed
   for (int f0 = 0; f0 < items; f0 += PIPE) {
 #pragma unroll
     for (int p = 0; p < PIPE; p++) {
       const int f = f0 + p;
       if (f < items) {
-        const int ahead = f + PIPE - 1;
-        if (ahead < items)
-          load_stage(wk, team + (ahead / cw) * stride, c0 + (ahead % cw) * cstep, g, c4,
-                     st[(p + PIPE - 1) % PIPE]);
-        const int k = f % cw;
+        if (f + PIPE - 1 < items) {
+          load_stage(wk, i_next, c0 + k_next * cstep, g, c4, st[(p + PIPE - 1) % PIPE]);
+          advance(i_next, k_next);
+        }
         compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, xp, xsum, acc_lo, acc_hi);
         if (k == cw - 1) {  // the group's end
           float* r = red + buf * W * TILE;  // meet the other warps
@@ -394,10 +405,11 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
             r[warp * TILE + g + 8] = acc_hi;
           }
           __syncthreads();
-          if (warp == 0) finish_group<T>(wk, team + (f / cw) * stride, lane, W, r, bias, out);
+          if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
           buf ^= 1;
           acc_lo = acc_hi = 0.f;
         }
+        advance(i, k);
       }
     }
   }
@@ -439,8 +451,8 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // ptrs: x [K], norm weight [K], bias [N], qweight [N, K/8] int32, scales [N, G], zeros [N, G]
 // (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]);
 // floats: eps; ints: op (0 linear, 1 residual, 2 gate_up), N (weight rows), n_out (outputs:
-// N, or I for gate_up), K (a multiple of 128), G (groups a row), chunks of 128 a group
-// (the group size / 128, or K / 128 for one group), scale dtype (0 bfloat16, 1 float16,
+// N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
+// a group (a power of two where G > 1; ignored for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
 // (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
@@ -448,7 +460,7 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
                              const int64_t* st, void* stream) {
   (void)st;
   const int K = n[3], pipe = n[10];
-  if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 1 || n[0] < 0 ||
+  if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 0 || n[5] > 24 || n[0] < 0 ||
       n[0] > 2)
     return (int)cudaErrorInvalidValue;
   const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
