@@ -62,9 +62,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-w16": {"dequant": "cuda", "gemv_warps": 16},
-    "cuda-pipe3": {"dequant": "cuda", "cuda_pipe": 3},
-    "cuda-w16-pipe3": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 3},
-    "cuda-w4-pipe3": {"dequant": "cuda", "gemv_warps": 4, "cuda_pipe": 3},
+    "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
+    "cuda-w16-pipe2": {"dequant": "cuda", "gemv_warps": 16, "cuda_pipe": 2},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6
