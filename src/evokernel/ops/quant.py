@@ -88,13 +88,12 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("int4", "norm_linear"): (
         (1024, "magic", 0),
         (2048, "interleave", 0),
-        (2560, "cuda", 8),
-        (None, "cuda", 16),
+        (None, "cuda", 8),
         (None, "interleave", 4),
     ),
     ("int4", "linear_residual"): (
         (3072, "interleave", 4),
-        (None, "cuda", 16),
+        (None, "cuda", 8),
         (None, "interleave", 4),
     ),
     ("int4", "gate_up"): ((2048, "interleave", 0), (None, "cuda", 8), (None, "interleave", 4)),
@@ -230,7 +229,7 @@ def cuda_launch(
     if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w):
         return None
     base = quant_cuda.DEFAULT_LAUNCH
-    return base._replace(warps=tuning.gemv_warps or warps or base.warps)
+    return base._replace(warps=min(quant_cuda.MAX_WARPS, tuning.gemv_warps or warps or base.warps))
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

@@ -49,8 +49,11 @@ SCALE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 
+MAX_WARPS = 8  # a CTA's warps at most (kernels/cuda/int4_gemv.cu MAX_WARPS)
+
+
 class Launch(NamedTuple):
-    warps: int = 8  # a CTA's warps (1..16; at most K / 128)
+    warps: int = 8  # a CTA's warps (1..MAX_WARPS; at most K / 128)
     pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
 
@@ -129,7 +132,8 @@ def launch(
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     ints = (ctypes.c_int * 13)(
-        op, N, n_out, K, weight.groups, (weight.group_size // CHUNK).bit_length() - 1,
+        op, N, n_out, K, weight.groups,
+        31 if weight.groups == 1 else (weight.group_size // CHUNK).bit_length() - 1,
         SCALE_CODES[scales.dtype], weight.zero_offset, flags, settings.warps, settings.pipe,
         settings.ctas, index,
     )  # fmt: skip

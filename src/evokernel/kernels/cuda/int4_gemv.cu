@@ -45,10 +45,10 @@ namespace {
 
 constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
 constexpr int CHUNK = 128;  // values of a row an item covers (4 lanes x 32)
-constexpr int MAX_WARPS = 16;
-// Resident CTAs of MAX_WARPS an SM the registers must allow: 64 registers a thread, 32 warps an
-// SM (the MMA chains and loads in flight want warps more than registers).
-constexpr int MIN_CTAS = 2;
+constexpr int MAX_WARPS = 8;
+// Resident CTAs of MAX_WARPS an SM the registers must allow: 85 registers a thread (at 64 the
+// stages spilled), 24 warps an SM.
+constexpr int MIN_CTAS = 3;
 constexpr unsigned FULL = 0xffffffffu;
 
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
@@ -145,8 +145,9 @@ __device__ __forceinline__ float scale_value(uint32_t bits, int code) {
 // The pair of nibbles (sh/4, sh/4 + 4) of word w as a pair of q + SHIFT in the model dtype,
 // exact: (magic + q) by a mask-and-or, then (float16) minus (magic + 8).
 template <typename T>
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh) {
-  const uint32_t v = ((w >> sh) & 0x000F000Fu) | Num<T>::MAGIC;
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh, uint32_t magic) {
+  uint32_t v;  // (w >> sh) & 0x000F000F | magic in one LOP3 (the magic in a register)
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w >> sh), "n"(0x000F000F), "r"(magic));
   return Num<T>::CENTERED ? Num<T>::sub(v, Num<T>::CENTER) : v;
 }
 
@@ -163,41 +164,54 @@ struct Work {
   int N, n_out, chunks, groups, gpc_shift, scale_code, flags, op;
 };
 
-// This lane's two weight rows of group i (row g and row g + 8 of the tile), -1 past the weight.
-__device__ __forceinline__ int2 lane_rows(const Work& wk, int i, int g) {
+// Where the next item's loads come from: this lane's 16 bytes of chunk 0 of its two rows of
+// the group (row g and row g + 8 of the tile, clamped to the weight's last: sums of rows past
+// it go to outputs nobody stores), the rows' first scale index, the item within the group and
+// its chunk. Moved by counters: no division, the row addresses computed once a group.
+struct Cursor {
+  const uint4* q_lo;
+  const uint4* q_hi;
+  int64_t s_lo, s_hi;
+  int i, k, c;
+};
+
+__device__ __forceinline__ void set_group(const Work& wk, int i, int g, int c4, int c0,
+                                          Cursor& cu) {
+  int lo, hi;
   if (wk.op == OP_GATE_UP) {
-    const int out = 8 * i + g;
-    return out < wk.n_out ? make_int2(out, wk.n_out + out) : make_int2(-1, -1);
+    lo = min(8 * i + g, wk.n_out - 1);
+    hi = wk.n_out + lo;
+  } else {
+    lo = min(TILE * i + g, wk.N - 1);
+    hi = min(TILE * i + g + 8, wk.N - 1);
   }
-  const int lo = TILE * i + g, hi = lo + 8;
-  return make_int2(lo < wk.N ? lo : -1, hi < wk.N ? hi : -1);
+  cu.q_lo = wk.q + (int64_t)lo * wk.chunks * 4 + c4;
+  cu.q_hi = wk.q + (int64_t)hi * wk.chunks * 4 + c4;
+  cu.s_lo = (int64_t)lo * wk.groups;
+  cu.s_hi = (int64_t)hi * wk.groups;
+  cu.i = i;
+  cu.k = 0;
+  cu.c = c0;
 }
 
-__device__ __forceinline__ void load_row(const Work& wk, int row, int c, int c4, uint4& w,
-                                         uint32_t& s, uint32_t& z) {
-  if (row < 0) {
-    w = make_uint4(0u, 0u, 0u, 0u);
-    s = 0u;
-    z = 0u;
-    return;
+__device__ __forceinline__ void load_stage(const Work& wk, const Cursor& cu, Stage& st) {
+  st.lo = __ldcs(cu.q_lo + cu.c * 4);
+  st.hi = __ldcs(cu.q_hi + cu.c * 4);
+  const int grp = cu.c >> wk.gpc_shift;  // the chunk's scale group (shift 31: one group)
+  st.s_lo = load_scale_bits(wk.scales, cu.s_lo + grp, wk.scale_code);
+  st.s_hi = load_scale_bits(wk.scales, cu.s_hi + grp, wk.scale_code);
+  if (wk.flags & F_ZEROS) {
+    st.z_lo = __ldg(wk.zeros + cu.s_lo + grp);
+    st.z_hi = __ldg(wk.zeros + cu.s_hi + grp);
+  } else {
+    st.z_lo = st.z_hi = 0u;
   }
-  w = __ldcs(wk.q + ((int64_t)row * wk.chunks + c) * 4 + c4);
-  const int64_t gi = (int64_t)row * wk.groups + (wk.groups == 1 ? 0 : c >> wk.gpc_shift);
-  s = load_scale_bits(wk.scales, gi, wk.scale_code);
-  z = (wk.flags & F_ZEROS) ? (uint32_t)__ldg(wk.zeros + gi) : 0u;
-}
-
-__device__ __forceinline__ void load_stage(const Work& wk, int i, int c, int g, int c4,
-                                           Stage& st) {
-  const int2 rows = lane_rows(wk, i, g);
-  load_row(wk, rows.x, c, c4, st.lo, st.s_lo, st.z_lo);
-  load_row(wk, rows.y, c, c4, st.hi, st.s_hi, st.z_hi);
 }
 
 template <typename T>
 __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, int c, int c4,
-                                              int zoff, const uint32_t* xp, const float* xsum,
-                                              float& acc_lo, float& acc_hi) {
+                                              int zoff, uint32_t magic, const uint32_t* xp,
+                                              const float* xsum, float& acc_lo, float& acc_hi) {
   // B operands: words (c * 4 + c4) * 16 .. + 15, two per MMA
   const uint4* b4 = reinterpret_cast<const uint4*>(xp + (c * 4 + c4) * 16);
   // Two accumulators (MMAs 2m and 2m + 1): chains of 4 dependent MMAs, not 8.
@@ -207,10 +221,10 @@ __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, i
 #pragma unroll
   for (int m = 0; m < 4; m++) {
     const uint4 b = b4[m];  // MMA 2m: b.x, b.y; MMA 2m + 1: b.z, b.w
-    Num<T>::mma(d0, nibble_pair<T>(lo[m], 0), nibble_pair<T>(hi[m], 0),
-                nibble_pair<T>(lo[m], 4), nibble_pair<T>(hi[m], 4), b.x, b.y);
-    Num<T>::mma(d1, nibble_pair<T>(lo[m], 8), nibble_pair<T>(hi[m], 8),
-                nibble_pair<T>(lo[m], 12), nibble_pair<T>(hi[m], 12), b.z, b.w);
+    Num<T>::mma(d0, nibble_pair<T>(lo[m], 0, magic), nibble_pair<T>(hi[m], 0, magic),
+                nibble_pair<T>(lo[m], 4, magic), nibble_pair<T>(hi[m], 4, magic), b.x, b.y);
+    Num<T>::mma(d1, nibble_pair<T>(lo[m], 8, magic), nibble_pair<T>(hi[m], 8, magic),
+                nibble_pair<T>(lo[m], 12, magic), nibble_pair<T>(hi[m], 12, magic), b.z, b.w);
   }
   // sum (q + SHIFT) x, then minus (SHIFT + z) sum x
   const float sx = xsum[c];
@@ -365,19 +379,21 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
 
   // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep, walked by counters (a
   // division by a run-time value is ~20 instructions; they were half of the loop's).
-  int i_next = team, k_next = 0;  // the next item to load
-  auto advance = [cw, stride](int& i, int& k) {
-    if (++k == cw) {
-      k = 0;
-      i += stride;
+  Cursor next;  // the next item to load
+  set_group(wk, team, g, c4, c0, next);
+  auto advance = [&](Cursor& cu) {
+    if (++cu.k == cw) {
+      set_group(wk, cu.i + stride, g, c4, c0, cu);
+    } else {
+      cu.c += cstep;
     }
   };
   Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
     if (p < items) {
-      load_stage(wk, i_next, c0 + k_next * cstep, g, c4, st[p]);
-      advance(i_next, k_next);
+      load_stage(wk, next, st[p]);
+      advance(next);
     }
   }
   if (flags & F_PDL) {
@@ -385,6 +401,8 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
     asm volatile("griddepcontrol.wait;" ::: "memory");
   }
   stage_x<T>(x, norm_w, K, eps, flags, xp, xsum, red);
+  uint32_t magic;  // in a register, opaque to the compiler (else it splits each LOP3 in two)
+  asm("mov.b32 %0, %1;" : "=r"(magic) : "n"(Num<T>::MAGIC));
 
   float acc_lo = 0.f, acc_hi = 0.f;
   int buf = 0, i = team, k = 0;  // the item computed
@@ -394,10 +412,10 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
       const int f = f0 + p;
       if (f < items) {
         if (f + PIPE - 1 < items) {
-          load_stage(wk, i_next, c0 + k_next * cstep, g, c4, st[(p + PIPE - 1) % PIPE]);
-          advance(i_next, k_next);
+          load_stage(wk, next, st[(p + PIPE - 1) % PIPE]);
+          advance(next);
         }
-        compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, xp, xsum, acc_lo, acc_hi);
+        compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, magic, xp, xsum, acc_lo, acc_hi);
         if (k == cw - 1) {  // the group's end
           float* r = red + buf * W * TILE;  // meet the other warps
           if (c4 == 0) {
@@ -409,7 +427,10 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
           buf ^= 1;
           acc_lo = acc_hi = 0.f;
         }
-        advance(i, k);
+        if (++k == cw) {
+          k = 0;
+          i += stride;
+        }
       }
     }
   }
@@ -452,16 +473,16 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]);
 // floats: eps; ints: op (0 linear, 1 residual, 2 gate_up), N (weight rows), n_out (outputs:
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
-// a group (a power of two where G > 1; ignored for one group a row), scale dtype (0 bfloat16, 1 float16,
+// a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..16, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
+// (1..8, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
   const int K = n[3], pipe = n[10];
-  if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 0 || n[5] > 24 || n[0] < 0 ||
-      n[0] > 2)
+  if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 0 || n[5] > 31 ||
+      n[0] < 0 || n[0] > 2)
     return (int)cudaErrorInvalidValue;
   const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
