@@ -3,9 +3,10 @@ torch references and the Triton kernels, on the shapes it serves: one activation
 group size multiples of 128, N and I odd (row groups cut short), groups of 128 / 256 / one per
 row, fewer chunks than warps, symmetric and asymmetric zero points (GPTQ v1's offset too),
 float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting
-(groups split over CTAs too), inside a CUDA graph with PDL. Where it does not serve (a CPU,
-several rows, the head, a K or group size not a multiple of 128) a "cuda" choice runs the
-Triton kernels. Running it needs a GPU; building it needs nvcc."""
+(groups split over CTAs too),
+inside a CUDA graph with PDL. Where it does not serve (a CPU, several rows, the head, a K or
+group size not a multiple of 128) a "cuda" choice runs the Triton kernels. Running it needs a
+GPU; building it needs nvcc."""
 
 from __future__ import annotations
 
