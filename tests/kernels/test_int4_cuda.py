@@ -2,8 +2,7 @@
 torch references and the Triton kernels, on the shapes it serves: one activation row, K and the
 group size multiples of 128, N and I odd (row groups cut short), groups of 128 / 256 / one per
 row, fewer chunks than warps, symmetric and asymmetric zero points (GPTQ v1's offset too),
-float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting
-(groups split over CTAs too),
+float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting,
 inside a CUDA graph with PDL. Where it does not serve (a CPU, several rows, the head, a K or
 group size not a multiple of 128) a "cuda" choice runs the Triton kernels. Running it needs a
 GPU; building it needs nvcc."""
@@ -127,7 +126,7 @@ def test_the_fused_ops_match_the_references_and_triton(case, dtype, monkeypatch)
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "settings",
-    [(4, 2, 0, 1), (8, 3, 1, 2), (8, 2, 0, 0), (2, 3, 1, 3), (1, 3, 0, 16), (3, 2, 0, 5)],
+    [(4, 2, 0), (8, 3, 1), (8, 2, 0), (2, 3, 1), (1, 3, 0), (3, 2, 0)],
 )
 def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
     launch = quant_cuda.Launch(*settings)
@@ -145,8 +144,6 @@ def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
     quant_cuda.launch(quant_cuda.OP_GATE_UP, x, gu, act, norm_weight=norm_w, eps=EPS,
                       settings=launch)  # fmt: skip
     assert_close(act, ref_gate_up(x, norm_w, gu), f"gate_up {settings}")
-    stream = torch.cuda.current_stream().cuda_stream
-    assert not quant_cuda.workspace(x.device, stream)[1].any()  # the tickets are left zero
 
 
 @pytest.mark.gpu

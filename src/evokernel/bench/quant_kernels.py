@@ -62,8 +62,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
-    "cuda-split1": {"dequant": "cuda", "cuda_split": 1},
-    "cuda-split4": {"dequant": "cuda", "cuda_split": 4},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6
@@ -155,10 +153,7 @@ def measure(
     dequant = overrides.pop("dequant", quant.DEQUANT)
     launch = quant_cuda.DEFAULT_LAUNCH
     saved, quant.DEQUANT = quant.DEQUANT, dequant
-    quant_cuda.DEFAULT_LAUNCH = launch._replace(
-        pipe=overrides.pop("cuda_pipe", launch.pipe),
-        split=overrides.pop("cuda_split", launch.split),
-    )
+    quant_cuda.DEFAULT_LAUNCH = launch._replace(pipe=overrides.pop("cuda_pipe", launch.pipe))
     try:
         return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
     finally:

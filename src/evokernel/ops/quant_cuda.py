@@ -24,12 +24,10 @@ shapes; a CUDA-core version of this kernel (3 instructions a value) measured no 
 (docs/perf-log.md).
 
 Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
-block barrier), the pipeline depth (items of loads held in registers a warp: 2 or 3; 85
-registers a thread, 24 warps an SM), CTAs an SM (0: as many as fit) and CTAs a group (split:
-a group's K is also split over CTAs, the last to finish summing the partials in a fixed
-order through a per-stream workspace; 0: enough teams to fill the GPU twice, which splits
-the few-row ops such as o_proj and down at Qwen3-8B's shapes). The grid is persistent: at
-most as many CTAs as fit on the GPU at once, each staging the activation row once.
+block barrier), the pipeline depth (items of loads in flight a warp: 2 or 3; registers are
+capped at 64 a thread for 32 resident warps an SM, so deeper pipelines spill) and CTAs an SM
+(0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
+each staging the activation row once.
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ class Launch(NamedTuple):
     warps: int = 8  # a CTA's warps (1..MAX_WARPS; at most K / 128)
     pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
-    split: int = 0  # CTAs a group of 16 rows (0: enough to fill the GPU twice)
 
 
 DEFAULT_LAUNCH = Launch()
@@ -71,25 +68,6 @@ def library(device: torch.device) -> ctypes.CDLL | None:
     if lib is not None:
         cuda_build.declare_launcher(lib, "evk_int4_gemv")
     return lib
-
-
-# The split groups' partial sums and tickets, per (device, stream): sized for any weight of up
-# to 1M rows in 16-row groups split 8 ways (4 MiB + 256 KiB), allocated at a launch's first
-# call on that stream (the engine's warm-up, before any graph capture). The kernel leaves the
-# tickets zero.
-PARTIALS = 1 << 20
-TICKETS = 1 << 16
-_WORKSPACES: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def workspace(device: torch.device, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (device, stream)
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = (
-            torch.empty(PARTIALS, device=device, dtype=torch.float32),
-            torch.zeros(TICKETS, device=device, dtype=torch.int32),
-        )
-    return _WORKSPACES[key]
 
 
 def shape_fits(weight: object) -> bool:
@@ -146,23 +124,21 @@ def launch(
     assert scales.is_contiguous() and (zeros is None or zeros.is_contiguous())
     if zeros is not None:
         flags |= F_ZEROS
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    partials, tickets = workspace(x.device, stream)
-    ptrs = (ctypes.c_void_p * 9)(
+    ptrs = (ctypes.c_void_p * 7)(
         x.data_ptr(), (norm_weight if norm_weight is not None else x).data_ptr(),
         (bias if bias is not None else x).data_ptr(), weight.qweight.data_ptr(),
         scales.data_ptr(), (zeros if zeros is not None else scales).data_ptr(), out.data_ptr(),
-        partials.data_ptr(), tickets.data_ptr(),
     )  # fmt: skip
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    ints = (ctypes.c_int * 16)(
+    ints = (ctypes.c_int * 13)(
         op, N, n_out, K, weight.groups,
         31 if weight.groups == 1 else (weight.group_size // CHUNK).bit_length() - 1,
         SCALE_CODES[scales.dtype], weight.zero_offset, flags, settings.warps, settings.pipe,
-        settings.ctas, index, settings.split, partials.numel(), tickets.numel(),
+        settings.ctas, index,
     )  # fmt: skip
     strides = (ctypes.c_int64 * 1)(0)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
     err = lib.evk_int4_gemv(DTYPES[x.dtype], int(pdl), ptrs, floats, ints, strides,
                             ctypes.c_void_p(stream))  # fmt: skip
     if err != 0:

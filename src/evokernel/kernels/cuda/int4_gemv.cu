@@ -162,42 +162,36 @@ struct Work {
   const void* scales;
   const uint8_t* zeros;
   int N, n_out, chunks, groups, gpc_shift, scale_code, flags, op;
-  int split, warps, warp;  // CTAs a group (S), warps a CTA (W), this warp
 };
 
-// Where an item's loads come from: this lane's 16 bytes of chunk 0 of its two rows of the
-// group (row g and row g + 8 of the tile, clamped to the weight's last: sums of rows past it
-// go to outputs nobody stores), the rows' first scale index; the team t (group i = t / S, its
-// split s = t % S), the item k of the team's cw for this warp and its chunk c. Moved by
-// counters: no division but once a team, the row addresses computed once a team.
+// Where the next item's loads come from: this lane's 16 bytes of chunk 0 of its two rows of
+// the group (row g and row g + 8 of the tile, clamped to the weight's last: sums of rows past
+// it go to outputs nobody stores), the rows' first scale index, the item within the group and
+// its chunk. Moved by counters: no division, the row addresses computed once a group.
 struct Cursor {
   const uint4* q_lo;
   const uint4* q_hi;
   int64_t s_lo, s_hi;
-  int t, i, s, k, cw, c;
+  int i, k, c;
 };
 
-// Team t's first item for this warp (valid while t < teams).
-__device__ __forceinline__ void set_team(const Work& wk, int t, int g, int c4, Cursor& cu) {
-  cu.t = t;
-  cu.i = t / wk.split;
-  cu.s = t - cu.i * wk.split;
-  const int first = cu.s * wk.warps + wk.warp, step = wk.split * wk.warps;
-  cu.cw = (wk.chunks - first + step - 1) / step;  // >= 1: the launcher keeps S W <= chunks
-  cu.k = 0;
-  cu.c = first;
+__device__ __forceinline__ void set_group(const Work& wk, int i, int g, int c4, int c0,
+                                          Cursor& cu) {
   int lo, hi;
   if (wk.op == OP_GATE_UP) {
-    lo = min(8 * cu.i + g, wk.n_out - 1);
+    lo = min(8 * i + g, wk.n_out - 1);
     hi = wk.n_out + lo;
   } else {
-    lo = min(TILE * cu.i + g, wk.N - 1);
-    hi = min(TILE * cu.i + g + 8, wk.N - 1);
+    lo = min(TILE * i + g, wk.N - 1);
+    hi = min(TILE * i + g + 8, wk.N - 1);
   }
   cu.q_lo = wk.q + (int64_t)lo * wk.chunks * 4 + c4;
   cu.q_hi = wk.q + (int64_t)hi * wk.chunks * 4 + c4;
   cu.s_lo = (int64_t)lo * wk.groups;
   cu.s_hi = (int64_t)hi * wk.groups;
+  cu.i = i;
+  cu.k = 0;
+  cu.c = c0;
 }
 
 __device__ __forceinline__ void load_stage(const Work& wk, const Cursor& cu, Stage& st) {
@@ -261,11 +255,14 @@ __device__ __forceinline__ T silu_mul(float gate, float up) {
   return Num<T>::t(silu * rnd<T>(up));
 }
 
-// The group's outputs from its rows' totals (lane r < 16 of warp 0 holds row r's; all 32
-// lanes call it).
+// The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15 (split groups).
 template <typename T>
-__device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, float a,
-                                             const T* bias, T* out) {
+__device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, int warps,
+                                             const float* red, const T* bias, T* out) {
+  float a = 0.f;
+  if (lane < TILE) {
+    for (int w = 0; w < warps; w++) a += red[w * TILE + lane];
+  }
   if (wk.op == OP_GATE_UP) {
     const float u = __shfl_down_sync(FULL, a, 8);
     const int o = 8 * i + lane;
@@ -350,9 +347,8 @@ template <typename T, int PIPE>
 __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
-    const uint8_t* __restrict__ zeros, T* out, float* partial, int* tickets, int op, int N,
-    int n_out, int K, int groups, int gpc_shift, int scale_code, int zoff, int flags,
-    int split, float eps) {
+    const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
+    int gpc_shift, int scale_code, int zoff, int flags, float eps) {
   extern __shared__ uint32_t smem[];
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
@@ -372,28 +368,30 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   wk.scale_code = scale_code;
   wk.flags = flags;
   wk.op = op;
-  wk.split = split;
-  wk.warps = W;
-  wk.warp = warp;
   const int n_groups = op == OP_GATE_UP ? (n_out + 7) / 8 : (N + TILE - 1) / TILE;
-  // Teams t = blockIdx.x, + gridDim.x, ... < n_groups S: group t / S's chunks split S ways
-  // over CTAs and W ways over a CTA's warps (warp w of split s: chunks s W + w, + S W, ...).
-  // Every warp of a CTA walks the same teams, so meets the same block barriers.
-  const int teams = n_groups * split;
+  // The CTA walks groups blockIdx.x, + gridDim.x, ...; warp w takes chunks w, w + W, ... of
+  // each (the launcher gives W <= chunks: every warp has chunks in every group, so it meets
+  // the same block barriers).
+  const int team = blockIdx.x, stride = gridDim.x, c0 = warp, cstep = W;
+  const int cw = (wk.chunks - warp + W - 1) / W;
+  const int mine = team < n_groups ? (n_groups - team + stride - 1) / stride : 0;
+  const int items = mine * cw;
 
+  // Item f: group team + (f / cw) stride, chunk c0 + (f % cw) cstep, walked by counters (a
+  // division by a run-time value is ~20 instructions; they were half of the loop's).
   Cursor next;  // the next item to load
-  set_team(wk, blockIdx.x, g, c4, next);
+  set_group(wk, team, g, c4, c0, next);
   auto advance = [&](Cursor& cu) {
-    if (++cu.k == cu.cw) {
-      set_team(wk, cu.t + gridDim.x, g, c4, cu);
+    if (++cu.k == cw) {
+      set_group(wk, cu.i + stride, g, c4, c0, cu);
     } else {
-      cu.c += split * W;
+      cu.c += cstep;
     }
   };
   Stage st[PIPE];
 #pragma unroll
   for (int p = 0; p < PIPE - 1; p++) {
-    if (next.t < teams) {
+    if (p < items) {
       load_stage(wk, next, st[p]);
       advance(next);
     }
@@ -407,56 +405,32 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   asm("mov.b32 %0, %1;" : "=r"(magic) : "n"(Num<T>::MAGIC));
 
   float acc_lo = 0.f, acc_hi = 0.f;
-  int buf = 0;
-  Cursor cur;  // the item computed
-  set_team(wk, blockIdx.x, g, c4, cur);
-  while (cur.t < teams) {
+  int buf = 0, i = team, k = 0;  // the item computed
+  for (int f0 = 0; f0 < items; f0 += PIPE) {
 #pragma unroll
     for (int p = 0; p < PIPE; p++) {
-      if (cur.t >= teams) break;
-      if (next.t < teams) {
-        load_stage(wk, next, st[(p + PIPE - 1) % PIPE]);
-        advance(next);
-      }
-      compute_stage<T>(wk, st[p], cur.c, c4, zoff, magic, xp, xsum, acc_lo, acc_hi);
-      if (cur.k == cur.cw - 1) {  // the team's end: meet the other warps
-        float* r = red + buf * W * TILE;
-        if (c4 == 0) {
-          r[warp * TILE + g] = acc_lo;
-          r[warp * TILE + g + 8] = acc_hi;
+      const int f = f0 + p;
+      if (f < items) {
+        if (f + PIPE - 1 < items) {
+          load_stage(wk, next, st[(p + PIPE - 1) % PIPE]);
+          advance(next);
         }
-        __syncthreads();
-        if (warp == 0) {
-          float a = 0.f;
-          if (lane < TILE) {
-            for (int w = 0; w < W; w++) a += r[w * TILE + lane];
+        compute_stage<T>(wk, st[p], c0 + k * cstep, c4, zoff, magic, xp, xsum, acc_lo, acc_hi);
+        if (k == cw - 1) {  // the group's end
+          float* r = red + buf * W * TILE;  // meet the other warps
+          if (c4 == 0) {
+            r[warp * TILE + g] = acc_lo;
+            r[warp * TILE + g + 8] = acc_hi;
           }
-          bool last = true;
-          if (split > 1) {  // the group's last split to finish sums the S partials, in order
-            if (lane < TILE) partial[(int64_t)cur.t * TILE + lane] = a;
-            __threadfence();
-            int ticket = 0;
-            if (lane == 0) ticket = atomicAdd(tickets + cur.i, 1);
-            last = __shfl_sync(FULL, ticket, 0) == split - 1;
-            if (last) {
-              __threadfence();
-              a = 0.f;
-              if (lane < TILE) {
-                for (int s2 = 0; s2 < split; s2++)
-                  a += __ldcg(partial + ((int64_t)cur.i * split + s2) * TILE + lane);
-              }
-              if (lane == 0) tickets[cur.i] = 0;  // ready for the next launch
-            }
-          }
-          if (last) finish_group<T>(wk, cur.i, lane, a, bias, out);
+          __syncthreads();
+          if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
+          buf ^= 1;
+          acc_lo = acc_hi = 0.f;
         }
-        buf ^= 1;
-        acc_lo = acc_hi = 0.f;
-      }
-      if (++cur.k == cur.cw) {
-        set_team(wk, cur.t + gridDim.x, g, c4, cur);
-      } else {
-        cur.c += split * W;
+        if (++k == cw) {
+          k = 0;
+          i += stride;
+        }
       }
     }
   }
@@ -485,35 +459,24 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   if (err != cudaSuccess) return err;
   int grid = per_sm * sms;
   if (n[11] > 0 && n[11] < per_sm) grid = n[11] * sms;  // CTAs an SM, when asked for fewer
-  // Splits a group: asked for (n[13] > 0), else enough teams to fill the GPU twice; at most
-  // chunks / W (every warp has chunks), and what the partial sums and tickets can hold.
-  const int most = (K / CHUNK) / W;
-  int split = n[13] > 0 ? n[13] : (2 * grid + n_groups - 1) / n_groups;
-  split = split < most ? split : most;
-  if ((int64_t)n_groups * split * TILE > (int64_t)n[14] || n_groups > n[15]) split = 1;
-  split = split > 1 ? split : 1;
-  const int teams = n_groups * split;
-  grid = grid < teams ? grid : teams;
+  grid = grid < n_groups ? grid : n_groups;
   cfg.gridDim = dim3(grid > 0 ? grid : 1);
   cfg.dynamicSmemBytes = smem;
   return cudaLaunchKernelEx(&cfg, kernel, (const T*)a[0], (const T*)a[1], (const T*)a[2],
                             (const uint4*)a[3], (const void*)a[4], (const uint8_t*)a[5], (T*)a[6],
-                            (float*)a[7], (int*)a[8], n[0], n[1], n[2], K, n[4], n[5], n[6],
-                            n[7], flags, split, f[0]);
+                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, f[0]);
 }
 
 }  // namespace
 
 // ptrs: x [K], norm weight [K], bias [N], qweight [N, K/8] int32, scales [N, G], zeros [N, G]
-// (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]),
-// partial sums (float32, n[14] of them) and tickets (int32, n[15], zero; left zero);
+// (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]);
 // floats: eps; ints: op (0 linear, 1 residual, 2 gate_up), N (weight rows), n_out (outputs:
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
 // a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
 // (1..8, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
-// device, CTAs a group (0: enough to fill the GPU twice; at most K / 128 / warps), the
-// partial sums' and the tickets' sizes. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
+// device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
