@@ -153,14 +153,16 @@ def measure(
     overrides = dict(VARIANTS[variant])
     pdl = overrides.pop("pdl", pdl_supported())
     dequant = overrides.pop("dequant", quant.DEQUANT)
-    launch = quant_cuda.DEFAULT_LAUNCH
+    launch, residual_pipe = quant_cuda.DEFAULT_LAUNCH, quant_cuda.RESIDUAL_PIPE
     saved, quant.DEQUANT = quant.DEQUANT, dequant
+    if "cuda_pipe" in overrides:  # every op at this depth
+        quant_cuda.RESIDUAL_PIPE = overrides["cuda_pipe"]
     quant_cuda.DEFAULT_LAUNCH = launch._replace(pipe=overrides.pop("cuda_pipe", launch.pipe))
     try:
         return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
     finally:
         quant.DEQUANT = saved
-        quant_cuda.DEFAULT_LAUNCH = launch
+        quant_cuda.DEFAULT_LAUNCH, quant_cuda.RESIDUAL_PIPE = launch, residual_pipe
 
 
 def _measure(
