@@ -19,5 +19,5 @@ fi
 [ -f $C/b8-int4/config.json ] || $EK quantize --model $C/b8 --out $C/b8-int4 --format int4 --head int8 > $OUT/q.log 2>&1 || tail -5 $OUT/q.log
 echo "ckpts $(( $(date +%s) - t0 )) s"
 timeout ${BT:-300} $EK bench decode --model $C/b8 --quantized $C/b8-int4 --baselines evokernel \
-  ${BARGS:---positions 1,4096} --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "bench rc $?"
+  --positions ${POS:-1,4096} ${BARGS:-} --out $OUT/e2e.json > $OUT/e2e.log 2>&1; echo "bench rc $?"
 grep -E "^evokernel|bench decode" $OUT/e2e.log | tail -12

@@ -154,8 +154,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # 4-bit checkpoints on the Triton kernels (the table before the CUDA kernel of
     # ops/quant_cuda.py), at Qwen3-0.6B's, -4B's and -8B's K.
     "int4-triton": {"quant": _INT4_TRITON},
-    # The CUDA 4-bit kernel's residual ops at pipeline depth 3 (ops/quant_cuda.py RESIDUAL_PIPE)
-    "int4-res-pipe3": {"cuda_residual_pipe": 3},
     # The plain PyTorch ops (cuBLAS GEMMs, SDPA, eager norms): a yardstick, not the engine.
     "torch": {"ops": "torch"},
 }
@@ -276,25 +274,11 @@ class Bench:
         return nbytes / (self.copy_gbps * 1e9) * 1e6
 
     def variant(self, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-        from evokernel.ops import quant_cuda
         from evokernel.ops.decode import DEFAULT
-        from evokernel.ops.registry import pdl_supported
+        from evokernel.ops.registry import OpSet, pdl_supported
 
         pdl = overrides.get("pdl", pdl_supported())
-        own = ("pdl", "ops", "cuda_residual_pipe")
-        tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k not in own})
-        saved = quant_cuda.RESIDUAL_PIPE
-        quant_cuda.RESIDUAL_PIPE = overrides.get("cuda_residual_pipe", saved)
-        try:
-            return self._variant(name, overrides, tuning, pdl)
-        finally:
-            quant_cuda.RESIDUAL_PIPE = saved
-
-    def _variant(
-        self, name: str, overrides: dict[str, Any], tuning: Any, pdl: bool
-    ) -> dict[str, Any]:
-        from evokernel.ops.registry import OpSet
-
+        tuning = DEFAULT._replace(**{k: v for k, v in overrides.items() if k not in ("pdl", "ops")})
         ops = OpSet.torch() if overrides.get("ops") == "torch" else OpSet.triton(pdl, tuning)
         self.model.ops = ops
         stages = self._stages(ops)
