@@ -153,16 +153,14 @@ def measure(
     overrides = dict(VARIANTS[variant])
     pdl = overrides.pop("pdl", pdl_supported())
     dequant = overrides.pop("dequant", quant.DEQUANT)
-    launch, residual_pipe = quant_cuda.DEFAULT_LAUNCH, quant_cuda.RESIDUAL_PIPE
+    launch = quant_cuda.DEFAULT_LAUNCH
     saved, quant.DEQUANT = quant.DEQUANT, dequant
-    if "cuda_pipe" in overrides:  # every op at this depth
-        quant_cuda.RESIDUAL_PIPE = overrides["cuda_pipe"]
     quant_cuda.DEFAULT_LAUNCH = launch._replace(pipe=overrides.pop("cuda_pipe", launch.pipe))
     try:
         return _measure(shape, proj, fmt, variant, rows, reps, gbps, pdl, overrides)
     finally:
         quant.DEQUANT = saved
-        quant_cuda.DEFAULT_LAUNCH, quant_cuda.RESIDUAL_PIPE = launch, residual_pipe
+        quant_cuda.DEFAULT_LAUNCH = launch
 
 
 def _measure(

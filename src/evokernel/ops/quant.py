@@ -224,14 +224,12 @@ def cuda_launch(
 ) -> quant_cuda.Launch | None:
     """The CUDA kernel's launch settings where `op` runs `w` on it for these rows (its choice
     is "cuda" and `quant_cuda.applies`), else None. `tuning.gemv_warps`, else the choice's
-    warps, when set, are the CTA's; the residual ops take `quant_cuda.RESIDUAL_PIPE`."""
+    warps, when set, are the CTA's."""
     mode, warps, _tile = choice(w, op, tuning)
     if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w):
         return None
     base = quant_cuda.DEFAULT_LAUNCH
-    pipe = quant_cuda.RESIDUAL_PIPE if op == "linear_residual" else base.pipe
-    warps = min(quant_cuda.MAX_WARPS, tuning.gemv_warps or warps or base.warps)
-    return base._replace(warps=warps, pipe=pipe)
+    return base._replace(warps=min(quant_cuda.MAX_WARPS, tuning.gemv_warps or warps or base.warps))
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

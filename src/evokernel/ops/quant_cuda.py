@@ -24,9 +24,9 @@ shapes; a CUDA-core version of this kernel (3 instructions a value) measured no 
 (docs/perf-log.md).
 
 Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
-block barrier), the pipeline depth (items of loads held in registers a warp: 2 to 5; 85
-registers a thread and 24 warps an SM to depth 3, 128 and 16 beyond) and CTAs an SM (0: as
-many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
+block barrier), the pipeline depth (items of loads in flight a warp: 2 or 3; registers are
+capped at 64 a thread for 32 resident warps an SM, so deeper pipelines spill) and CTAs an SM
+(0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
 each staging the activation row once.
 """
 
@@ -59,10 +59,6 @@ class Launch(NamedTuple):
 
 
 DEFAULT_LAUNCH = Launch()
-# The residual ops' pipeline depth (o_proj, down: 256 groups of 16 rows at Qwen3-4B/8B, so one
-# group a CTA and few items a warp; depth 5 measured 6-24% faster for o_proj and 7% for 4B's
-# down, 4% slower for 8B's down, on an H100; docs/perf-log.md).
-RESIDUAL_PIPE = 5
 
 
 @functools.cache
