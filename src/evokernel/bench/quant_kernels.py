@@ -62,8 +62,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
-    "cuda-pipe4": {"dequant": "cuda", "cuda_pipe": 4},
-    "cuda-pipe5": {"dequant": "cuda", "cuda_pipe": 5},
 }
 COLD_BYTES = 512 << 20
 EPS = 1e-6

@@ -54,7 +54,7 @@ MAX_WARPS = 8  # a CTA's warps at most (kernels/cuda/int4_gemv.cu MAX_WARPS)
 
 class Launch(NamedTuple):
     warps: int = 8  # a CTA's warps (1..MAX_WARPS; at most K / 128)
-    pipe: int = 3  # items of loads in flight a warp (2 to 5)
+    pipe: int = 3  # items of loads in flight a warp (2 or 3)
     ctas: int = 0  # CTAs an SM (0: as many as fit)
 
 

@@ -47,7 +47,7 @@ constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
 constexpr int CHUNK = 128;  // values of a row an item covers (4 lanes x 32)
 constexpr int MAX_WARPS = 8;
 // Resident CTAs of MAX_WARPS an SM the registers must allow: 85 registers a thread (at 64 the
-// stages spilled), 24 warps an SM; pipelines deeper than 3 get one CTA less (128 registers).
+// stages spilled), 24 warps an SM.
 constexpr int MIN_CTAS = 3;
 constexpr unsigned FULL = 0xffffffffu;
 
@@ -344,7 +344,7 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
 }
 
 template <typename T, int PIPE>
-__global__ void __launch_bounds__(32 * MAX_WARPS, PIPE <= 3 ? MIN_CTAS : MIN_CTAS - 1) int4_gemv_kernel(
+__global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
@@ -475,7 +475,7 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
 // a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..8, lowered to K / 128), pipeline depth (2 to 5), CTAs an SM (0: as many as fit),
+// (1..8, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
@@ -504,8 +504,6 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   switch (pipe) {                                                          \
     case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
     case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
-    case 4: return (int)launch_typed<T, 4>(cfg, a, f, n, flags, n_groups); \
-    case 5: return (int)launch_typed<T, 5>(cfg, a, f, n, flags, n_groups); \
     default: return (int)cudaErrorInvalidValue;                            \
   }
   if (dtype == 0) {
