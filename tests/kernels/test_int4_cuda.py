@@ -126,7 +126,7 @@ def test_the_fused_ops_match_the_references_and_triton(case, dtype, monkeypatch)
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "settings",
-    [(4, 2, 0), (8, 3, 1), (8, 2, 0), (2, 3, 1), (1, 3, 0), (3, 2, 0)],
+    [(4, 2, 0), (8, 3, 1), (8, 2, 0), (2, 3, 1), (1, 3, 0), (3, 2, 0), (16, 2, 0), (12, 3, 1)],
 )
 def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
     launch = quant_cuda.Launch(*settings)

@@ -61,6 +61,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # fallback), with its default launch or another CTA size / pipeline depth
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
+    "cuda-w8": {"dequant": "cuda", "gemv_warps": 8},
+    "cuda-w16": {"dequant": "cuda", "gemv_warps": 16},
     "cuda-pipe2": {"dequant": "cuda", "cuda_pipe": 2},
 }
 COLD_BYTES = 512 << 20

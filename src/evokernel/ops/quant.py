@@ -93,7 +93,7 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ),
     ("int4", "linear_residual"): (
         (3072, "interleave", 4),
-        (None, "cuda", 8),
+        (None, "cuda", 16),
         (None, "interleave", 4),
     ),
     ("int4", "gate_up"): ((2048, "interleave", 0), (None, "cuda", 8), (None, "interleave", 4)),

@@ -24,10 +24,10 @@ shapes; a CUDA-core version of this kernel (3 instructions a value) measured no 
 (docs/perf-log.md).
 
 Launch settings (`Launch`): warps a CTA (they split each group of 16 rows' K and meet at a
-block barrier), the pipeline depth (items of loads in flight a warp: 2 or 3; registers are
-capped at 64 a thread for 32 resident warps an SM, so deeper pipelines spill) and CTAs an SM
-(0: as many as fit). The grid is persistent: at most as many CTAs as fit on the GPU at once,
-each staging the activation row once.
+block barrier), the pipeline depth (items of loads held in registers a warp: 2 or 3; up to 8
+warps a CTA take 85 registers a thread, 3 CTAs an SM; 9-16 warps 64 registers, 2 CTAs an SM
+and depth 2, as deeper spills) and CTAs an SM (0: as many as fit). The grid is persistent: at
+most as many CTAs as fit on the GPU at once, each staging the activation row once.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ SCALE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
 
 
-MAX_WARPS = 8  # a CTA's warps at most (kernels/cuda/int4_gemv.cu MAX_WARPS)
+MAX_WARPS = 16  # a CTA's warps at most (kernels/cuda/int4_gemv.cu MAX_WARPS)
 
 
 class Launch(NamedTuple):

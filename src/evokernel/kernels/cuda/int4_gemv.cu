@@ -45,10 +45,13 @@ namespace {
 
 constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
 constexpr int CHUNK = 128;  // values of a row an item covers (4 lanes x 32)
-constexpr int MAX_WARPS = 8;
-// Resident CTAs of MAX_WARPS an SM the registers must allow: 85 registers a thread (at 64 the
-// stages spilled), 24 warps an SM.
-constexpr int MIN_CTAS = 3;
+constexpr int MAX_WARPS = 16;
+// The registers a thread may take: CTAs of up to 8 warps, 3 of them an SM (85 registers; at 64
+// the stages spilled: 24 warps an SM); CTAs of 9-16 warps, 2 an SM (64 registers, 32 warps).
+template <int WMAX>
+constexpr int min_ctas() {
+  return WMAX <= 8 ? 3 : 2;
+}
 constexpr unsigned FULL = 0xffffffffu;
 
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
@@ -343,8 +346,8 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
   __syncthreads();
 }
 
-template <typename T, int PIPE>
-__global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
+template <typename T, int PIPE, int WMAX>
+__global__ void __launch_bounds__(32 * WMAX, min_ctas<WMAX>()) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
     const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
@@ -436,11 +439,11 @@ __global__ void __launch_bounds__(32 * MAX_WARPS, MIN_CTAS) int4_gemv_kernel(
   }
 }
 
-template <typename T, int PIPE>
+template <typename T, int PIPE, int WMAX>
 cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* f, const int* n,
                          int flags, int n_groups) {
   cudaLaunchConfig_t cfg = base;
-  auto kernel = int4_gemv_kernel<T, PIPE>;
+  auto kernel = int4_gemv_kernel<T, PIPE, WMAX>;
   const int K = n[3];
   const int W = (int)cfg.blockDim.x / 32;
   const size_t smem = sizeof(uint32_t) * ((size_t)K / 2 + K / CHUNK + 2 * W * TILE + 32);
@@ -475,7 +478,7 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
 // a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
-// (1..8, lowered to K / 128), pipeline depth (2 or 3), CTAs an SM (0: as many as fit),
+// (1..16, lowered to K / 128), pipeline depth (2 or 3; 2 beyond 8 warps: registers), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
@@ -500,11 +503,13 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   }
   const int n_groups = n[0] == OP_GATE_UP ? (n[2] + 7) / 8 : (n[1] + TILE - 1) / TILE;
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
-#define EVK_PIPE(T)                                                         \
-  switch (pipe) {                                                          \
-    case 2: return (int)launch_typed<T, 2>(cfg, a, f, n, flags, n_groups); \
-    case 3: return (int)launch_typed<T, 3>(cfg, a, f, n, flags, n_groups); \
-    default: return (int)cudaErrorInvalidValue;                            \
+#define EVK_PIPE(T)                                                                  \
+  switch ((warps > 8 ? 2 : pipe) * 100 + (warps > 8 ? 16 : 8)) {                   \
+    case 208: return (int)launch_typed<T, 2, 8>(cfg, a, f, n, flags, n_groups);     \
+    case 308: return (int)launch_typed<T, 3, 8>(cfg, a, f, n, flags, n_groups);     \
+    case 216: return (int)launch_typed<T, 2, 16>(cfg, a, f, n, flags, n_groups);    \
+    case 316: return (int)launch_typed<T, 3, 16>(cfg, a, f, n, flags, n_groups);    \
+    default: return (int)cudaErrorInvalidValue;                                     \
   }
   if (dtype == 0) {
     EVK_PIPE(__nv_bfloat16)
