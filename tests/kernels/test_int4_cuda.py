@@ -5,12 +5,9 @@ row, fewer chunks than warps, symmetric and asymmetric zero points (GPTQ v1's of
 float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting,
 inside a CUDA graph with PDL. Where it does not serve (a CPU, several rows, the head, a K or
 group size not a multiple of 128) a "cuda" choice runs the Triton kernels. Running it needs a
-GPU; building it needs nvcc."""
+GPU; building it needs nvcc (tests/ops/test_cuda_build.py)."""
 
 from __future__ import annotations
-
-import ctypes
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,10 +21,9 @@ from quant_weights import (
     ref_norm_linear,
 )
 
-from evokernel.ops import cuda_build, quant, quant_cuda
+from evokernel.ops import quant, quant_cuda
 from evokernel.ops.tuning import DEFAULT, DecodeTuning
 
-NVCC = cuda_build.nvcc_path()
 CUDA = DEFAULT._replace(pdl=True)
 
 # (N, K, group, zeros, zero offset, scale dtype)
@@ -82,15 +78,6 @@ def test_the_declared_space_offers_cuda_only_where_the_kernel_is_written_for() -
     assert "cuda" in quant.modes(int_weight(64, 1536, 4, -1, g), "norm_linear")  # one group
     assert "cuda" not in quant.modes(int_weight(64, 1024, 8, 128, g), "norm_linear")
     assert not quant_cuda.shape_fits(int_weight(64, 1024, 8, 128, g))
-
-
-@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
-def test_the_source_builds_and_exports_its_launcher(tmp_path: Path) -> None:
-    assert NVCC is not None
-    out = tmp_path / "int4_gemv.so"
-    cuda_build.compile_source("int4_gemv", "90", out, NVCC)
-    lib = ctypes.CDLL(str(out))
-    assert hasattr(lib, "evk_int4_gemv") and hasattr(lib, "evk_error_string")
 
 
 @pytest.mark.gpu

@@ -37,13 +37,16 @@ def test_nvcc_is_found_under_cuda_home(tmp_path: Path, monkeypatch) -> None:
 
 
 @needs_nvcc
-def test_the_attention_source_builds_and_exports_its_launcher(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name,launcher", [("attention_direct", "evk_attention_direct"), ("int4_gemv", "evk_int4_gemv")]
+)
+def test_each_source_builds_and_exports_its_launcher(name, launcher, tmp_path: Path) -> None:
     assert NVCC is not None
-    out = tmp_path / "attention_direct.so"
-    cuda_build.compile_source("attention_direct", "90", out, NVCC)
+    out = tmp_path / f"{name}.so"
+    cuda_build.compile_source(name, "90", out, NVCC)
     lib = ctypes.CDLL(str(out))
-    assert hasattr(lib, "evk_attention_direct") and hasattr(lib, "evk_error_string")
-    assert not list(tmp_path.glob(".attention_direct-*"))  # no temporary left behind
+    assert hasattr(lib, launcher) and hasattr(lib, "evk_error_string")
+    assert not list(tmp_path.glob(f".{name}-*"))  # no temporary left behind
 
 
 @needs_nvcc

@@ -44,13 +44,9 @@ MAX_BOUND = ROWS_PER_WARP * MAX_WARPS * MAX_CLUSTER  # 2,048 positions
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 
 
-@functools.cache
 def library(device: torch.device) -> ctypes.CDLL | None:
     """The built library with its launcher's C signature declared, or None (once per device)."""
-    lib = cuda_build.cuda_library(NAME, device)
-    if lib is not None:
-        cuda_build.declare_launcher(lib, "evk_attention_direct")
-    return lib
+    return cuda_build.launcher_library(NAME, "evk_attention_direct", device)
 
 
 def plan(batch: int, hkv: int, rows: int, min_cluster: int, sms: int) -> tuple[int, int] | None:

@@ -141,3 +141,13 @@ def declare_launcher(lib: ctypes.CDLL, name: str) -> None:
     fn.restype = ctypes.c_int
     lib.evk_error_string.argtypes = [ctypes.c_int]
     lib.evk_error_string.restype = ctypes.c_char_p
+
+
+@functools.cache
+def launcher_library(name: str, launcher: str, device: torch.device) -> ctypes.CDLL | None:
+    """`cuda_library(name, device)` with its launcher's C signature declared (`declare_launcher`),
+    or None; once per (library, device)."""
+    lib = cuda_library(name, device)
+    if lib is not None:
+        declare_launcher(lib, launcher)
+    return lib

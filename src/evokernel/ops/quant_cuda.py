@@ -33,7 +33,6 @@ most as many CTAs as fit on the GPU at once, each staging the activation row onc
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import NamedTuple
 
 import torch
@@ -61,13 +60,9 @@ class Launch(NamedTuple):
 DEFAULT_LAUNCH = Launch()
 
 
-@functools.cache
 def library(device: torch.device) -> ctypes.CDLL | None:
     """The built library with its launcher's C signature declared, or None (once per device)."""
-    lib = cuda_build.cuda_library(NAME, device)
-    if lib is not None:
-        cuda_build.declare_launcher(lib, "evk_int4_gemv")
-    return lib
+    return cuda_build.launcher_library(NAME, "evk_int4_gemv", device)
 
 
 def shape_fits(weight: object) -> bool:
