@@ -96,6 +96,10 @@ def test_the_fused_ops_match_the_references_and_triton(case, dtype, monkeypatch)
               quant.norm_gate_up_silu(x, norm_w, gu, EPS, tuning=CUDA))  # fmt: skip
     _force_cuda(monkeypatch)
     assert quant.cuda_launch(w, "norm_linear", x, CUDA) is not None
+    unaligned = torch.empty(K + 1, device="cuda", dtype=dtype)[1:].copy_(norm_w)
+    assert not quant_cuda.applies(x, w, unaligned)  # such a norm weight keeps Triton
+    got = quant.norm_linear(x, unaligned, w, EPS, tuning=CUDA)
+    assert_close(got, ref_norm_linear(x, norm_w, w), "norm_linear, unaligned norm weight")
     got = quant.norm_linear(x, norm_w, w, EPS, tuning=CUDA)
     assert_close(got, ref_norm_linear(x, norm_w, w), "norm_linear")
     got = quant.norm_linear(x, norm_w, w, EPS, bias, tuning=CUDA)

@@ -20,6 +20,9 @@ registers: built for a few rows (a step reads the weights once whatever the batc
 running the kernel up to `LINEAR_KERNEL_ROWS` rows and the dequantized weight through torch
 beyond (prefill). Activations bfloat16 / float16 (float32 under the CPU interpreter).
 
+One row of a 4-bit weight from K 2,560 runs the CUDA C++ kernel of ops/quant_cuda.py instead
+(the "cuda" choice below; its launch: `cuda_launch`).
+
 Launch sizes: a program owns BLOCK_N rows and the whole K: as many values as the bf16
 kernels' `tuning.tile_bytes` tile (so a quarter of those bytes, packed, at 4 bits: registers
 follow the values), with BLOCK_N lowered until there are at least as many programs as SMs,
@@ -54,10 +57,13 @@ LINEAR_KERNEL_ROWS = 16
 #   "interleave"  (4 bits) a byte's two values interleaved into column order, so that the
 #                 activations load contiguously, or through act-order's permutation in
 #                 column order (8 bits: "convert");
-#   "cuda"        (4 bits, one activation row) the CUDA C++ streaming kernel of
+#   "cuda"        (4 bits, one activation row) the CUDA C++ tensor-core kernel of
 #                 ops/quant_cuda.py, where it applies; elsewhere (more rows, a CPU, no nvcc,
-#                 a K or group size not a multiple of 32, the head) the rule's Triton
-#                 `fallback`, the first non-"cuda" rule that covers the K.
+#                 a K not a multiple of 128, a group size not 128 times a power of two, the
+#                 head) the Triton `fallback`, the first non-"cuda" rule that covers the K.
+#                 Its rules (from K 2,560; the residual ops from 4,096, 16 warps a CTA) are
+#                 H100 measurements at Qwen3-4B's and -8B's shapes; at Qwen3-0.6B's K 1,024
+#                 its faster stages made a slower step (`decode_stages`, docs/perf-log.md).
 # The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
 # warps): the first whose max K (None: any) is at least the weight's K applies (warps 0: by
 # the tile's values). Each is the fastest in `bench/quant_kernels.py` runs on an H100 at
@@ -220,13 +226,14 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
 
 
 def cuda_launch(
-    w: PackedWeight, op: str, x: torch.Tensor, tuning: DecodeTuning
-) -> quant_cuda.Launch | None:
+    w: PackedWeight, op: str, x: torch.Tensor, tuning: DecodeTuning,
+    norm_weight: torch.Tensor | None = None,
+) -> quant_cuda.Launch | None:  # fmt: skip
     """The CUDA kernel's launch settings where `op` runs `w` on it for these rows (its choice
     is "cuda" and `quant_cuda.applies`), else None. `tuning.gemv_warps`, else the choice's
     warps, when set, are the CTA's."""
     mode, warps, _tile = choice(w, op, tuning)
-    if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w):
+    if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w, norm_weight):
         return None
     base = quant_cuda.DEFAULT_LAUNCH
     return base._replace(warps=min(quant_cuda.MAX_WARPS, tuning.gemv_warps or warps or base.warps))
@@ -304,7 +311,7 @@ def _gemv(
     x = lay.stored(x, 1)
     if norm_weight is not None:
         norm_weight = lay.stored(norm_weight, 0)
-    settings = cuda_launch(weight, "norm_linear", x, tuning)
+    settings = cuda_launch(weight, "norm_linear", x, tuning, norm_weight)
     if settings is not None:
         assert isinstance(weight, Int4Weight)
         quant_cuda.launch(quant_cuda.OP_LINEAR, x, weight, y, norm_weight=norm_weight, eps=eps,
@@ -378,7 +385,7 @@ def norm_gate_up_silu(
     inter = two_i // 2
     act = torch.empty((M, inter), device=x.device, dtype=x.dtype)
     x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
-    settings = cuda_launch(gate_up, "gate_up", x, tuning)
+    settings = cuda_launch(gate_up, "gate_up", x, tuning, norm_weight)
     if settings is not None:
         assert isinstance(gate_up, Int4Weight)
         quant_cuda.launch(quant_cuda.OP_GATE_UP, x, gate_up, act, norm_weight=norm_weight,

@@ -79,9 +79,10 @@ def shape_fits(weight: object) -> bool:
     )
 
 
-def applies(x: torch.Tensor, weight: object) -> bool:
+def applies(x: torch.Tensor, weight: object, norm_weight: torch.Tensor | None = None) -> bool:
     """Whether the CUDA kernel serves this call: one row of a supported dtype on an sm_90+
-    device, a weight `shape_fits`, aligned tensors and a built library."""
+    device, a weight `shape_fits`, the row, the packed weight and the norm weight (if any)
+    contiguous and 16-byte aligned (they are read 16 bytes at a time), a built library."""
     if x.device.type != "cuda" or x.dim() != 2 or x.shape[0] != 1 or x.dtype not in DTYPES:
         return False
     if x.stride(1) != 1:
@@ -90,6 +91,8 @@ def applies(x: torch.Tensor, weight: object) -> bool:
         return False
     assert isinstance(weight, Int4Weight)
     if weight.qweight.data_ptr() % 16 or x.data_ptr() % 16 or not weight.qweight.is_contiguous():
+        return False
+    if norm_weight is not None and (norm_weight.data_ptr() % 16 or not norm_weight.is_contiguous()):
         return False
     return library(x.device) is not None
 
