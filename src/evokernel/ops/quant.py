@@ -46,7 +46,7 @@ from evokernel.model.weights import PackedWeight
 from evokernel.ops import quant_cuda
 from evokernel.ops.grid import cdiv, check_rows, next_pow2
 from evokernel.ops.layer import sm_count
-from evokernel.ops.tuning import DEFAULT, QUANT_MODES, QUANT_OPS, DecodeTuning
+from evokernel.ops.tuning import DEFAULT, QUANT_OPS, TRITON_MODES, DecodeTuning
 
 LINEAR_KERNEL_ROWS = 16
 # How and when the kernels turn packed values into float32 (kernels/quant_gemv.py DEQ):
@@ -61,7 +61,7 @@ LINEAR_KERNEL_ROWS = 16
 #                 ops/quant_cuda.py, where it applies; elsewhere (more rows, a CPU, no nvcc,
 #                 a K not a multiple of 128, a group size not 128 times a power of two, the
 #                 head) the Triton `fallback`, the first non-"cuda" rule that covers the K.
-#                 Its rules (from K 2,560; the residual ops from 4,096, 16 warps a CTA) are
+#                 Its rules (from K 2,560; the residual ops above 3,072, 16 warps a CTA) are
 #                 H100 measurements at Qwen3-4B's and -8B's shapes; at Qwen3-0.6B's K 1,024
 #                 its faster stages made a slower step (`decode_stages`, docs/perf-log.md).
 # The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
@@ -77,7 +77,7 @@ LINEAR_KERNEL_ROWS = 16
 # `DecodeTuning.quant` entries, which take precedence (tune/quant.py). `DEQUANT`, when set,
 # forces one mode for every launch in the process (the bench's variants);
 # `DecodeTuning.gemv_warps` the warps.
-DEQ_CODES = {mode: code for code, mode in enumerate(QUANT_MODES)}  # kernels/quant_gemv.py DEQ
+DEQ_CODES = {mode: code for code, mode in enumerate(TRITON_MODES)}  # kernels/quant_gemv.py DEQ
 OPS = QUANT_OPS
 GATHER_K = 4096  # act-order: from this K the launcher gathers the activations (`layout`)
 Choice = tuple[str, int, int]  # (mode, warps: 0 by the tile, tile bytes: 0 the launcher's)

@@ -19,7 +19,8 @@ from typing import NamedTuple
 # 4-bit kernel of ops/quant_cuda.py where it applies, else the first Triton rule).
 QUANT_FORMATS = ("fp8", "int8", "int4")
 QUANT_OPS = ("norm_linear", "linear_residual", "gate_up", "head")
-QUANT_MODES = ("convert", "magic", "early", "interleave", "cuda")
+TRITON_MODES = ("convert", "magic", "early", "interleave")  # kernels/quant_gemv.py DEQ, in order
+QUANT_MODES = (*TRITON_MODES, "cuda")
 
 
 class DecodeTuning(NamedTuple):

@@ -41,6 +41,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace {
 
 constexpr int TILE = 16;    // weight rows of a group (an MMA's M)
@@ -52,7 +54,6 @@ template <int WMAX>
 constexpr int min_ctas() {
   return WMAX <= 8 ? 3 : 2;
 }
-constexpr unsigned FULL = 0xffffffffu;
 
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
 constexpr int OP_RESIDUAL = 1;
@@ -63,74 +64,56 @@ constexpr int F_BIAS = 2;
 constexpr int F_ZEROS = 4;
 constexpr int F_PDL = 8;
 
+#include "decode_common.cuh"  // Pair<T> (the dtype's conversions and rounding), warp_sum
+
+// The dtype's magic: a nibble OR-ed into MAGIC's mantissa is MAGIC_VALUE + q, exact. bfloat16's
+// MMA takes 128 + q (the sums keep 20 bits past the magic's part: enough for a result rounded
+// to bfloat16's 8); float16's takes q - 8, CENTER subtracted first (with 1024 + q the sums lost
+// float16 ulps of the result). SHIFT: what the MMA's value is over q.
 template <typename T> struct Num;
 template <> struct Num<__nv_bfloat16> {
-  static constexpr uint32_t MAGIC = 0x43004300u;   // bfloat16 pair (128, 128)
-  static constexpr uint32_t CENTER = 0x43084308u;  // (136, 136): 128 + q - 136 = q - 8
-  // The MMA takes 128 + q (the sums keep 20 bits past the magic's part: enough for a result
-  // rounded to bfloat16's 8), so no subtract.
+  static constexpr uint32_t MAGIC = 0x43004300u;  // bfloat16 pair (128, 128)
   static constexpr bool CENTERED = false;
   static constexpr float SHIFT = 128.f;
-  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
-    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
-    return *reinterpret_cast<const uint32_t*>(&d);
-  }
-  static __device__ __forceinline__ float f(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 t(float v) { return __float2bfloat16_rn(v); }
-  static __device__ __forceinline__ float2 f2(uint32_t bits) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&p);
-  }
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1,
-                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+};
+template <> struct Num<__half> {
+  static constexpr uint32_t MAGIC = 0x64006400u;   // float16 pair (1024, 1024)
+  static constexpr uint32_t CENTER = 0x64086408u;  // (1032, 1032): 1024 + q - 1032 = q - 8
+  static constexpr bool CENTERED = true;
+  static constexpr float SHIFT = -8.f;
+};
+
+template <typename T>
+__device__ __forceinline__ float rnd(float v) {
+  return Pair<T>::rnd(v);
+}
+
+// A 32-bit pair of the dtype from / to two floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack(uint32_t bits) {
+  return Pair<T>::f2(*reinterpret_cast<const typename Pair<T>::V*>(&bits));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  const typename Pair<T>::V p = Pair<T>::v2(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// d += A B for one m16n8k16 tile of the dtype, float32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-};
-template <> struct Num<__half> {
-  static constexpr uint32_t MAGIC = 0x64006400u;   // float16 pair (1024, 1024)
-  static constexpr uint32_t CENTER = 0x64086408u;  // (1032, 1032): 1024 + q - 1032 = q - 8
-  // The MMA takes q - 8: with 1024 + q the sums lost float16 ulps of the result.
-  static constexpr bool CENTERED = true;
-  static constexpr float SHIFT = -8.f;
-  static __device__ __forceinline__ uint32_t sub(uint32_t a, uint32_t b) {
-    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&a),
-                              *reinterpret_cast<const __half2*>(&b));
-    return *reinterpret_cast<const uint32_t*>(&d);
-  }
-  static __device__ __forceinline__ float f(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half t(float v) { return __float2half_rn(v); }
-  static __device__ __forceinline__ float2 f2(uint32_t bits) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __half2 p = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&p);
-  }
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1,
-                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-
-template <typename T>
-__device__ __forceinline__ float rnd(float v) {
-  return Num<T>::f(Num<T>::t(v));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
-  return v;
 }
 
 // A scale's raw bits (loaded early, converted when used). code 0 bfloat16, 1 float16, 2 float32.
@@ -151,7 +134,14 @@ template <typename T>
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t w, int sh, uint32_t magic) {
   uint32_t v;  // (w >> sh) & 0x000F000F | magic in one LOP3 (the magic in a register)
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w >> sh), "n"(0x000F000F), "r"(magic));
-  return Num<T>::CENTERED ? Num<T>::sub(v, Num<T>::CENTER) : v;
+  if constexpr (Num<T>::CENTERED) {
+    const uint32_t center = Num<T>::CENTER;
+    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&v),
+                              *reinterpret_cast<const __half2*>(&center));
+    return *reinterpret_cast<const uint32_t*>(&d);
+  } else {
+    return v;
+  }
 }
 
 // What one item loads: this lane's 16 bytes of its two rows, their scales and zero points.
@@ -224,9 +214,9 @@ __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, i
 #pragma unroll
   for (int m = 0; m < 4; m++) {
     const uint4 b = b4[m];  // MMA 2m: b.x, b.y; MMA 2m + 1: b.z, b.w
-    Num<T>::mma(d0, nibble_pair<T>(lo[m], 0, magic), nibble_pair<T>(hi[m], 0, magic),
+    mma<T>(d0, nibble_pair<T>(lo[m], 0, magic), nibble_pair<T>(hi[m], 0, magic),
                 nibble_pair<T>(lo[m], 4, magic), nibble_pair<T>(hi[m], 4, magic), b.x, b.y);
-    Num<T>::mma(d1, nibble_pair<T>(lo[m], 8, magic), nibble_pair<T>(hi[m], 8, magic),
+    mma<T>(d1, nibble_pair<T>(lo[m], 8, magic), nibble_pair<T>(hi[m], 8, magic),
                 nibble_pair<T>(lo[m], 12, magic), nibble_pair<T>(hi[m], 12, magic), b.z, b.w);
   }
   // sum (q + SHIFT) x, then minus (SHIFT + z) sum x
@@ -243,10 +233,10 @@ __device__ __forceinline__ void compute_stage(const Work& wk, const Stage& st, i
 template <typename T>
 __device__ __forceinline__ void store_row(const Work& wk, int row, float a, const T* bias, T* out) {
   if (wk.op == OP_RESIDUAL) {
-    out[row] = Num<T>::t(Num<T>::f(out[row]) + rnd<T>(a));
+    out[row] = Pair<T>::t(Pair<T>::f(out[row]) + rnd<T>(a));
   } else {
-    if (wk.flags & F_BIAS) a += Num<T>::f(bias[row]);
-    out[row] = Num<T>::t(a);
+    if (wk.flags & F_BIAS) a += Pair<T>::f(bias[row]);
+    out[row] = Pair<T>::t(a);
   }
 }
 
@@ -255,7 +245,7 @@ template <typename T>
 __device__ __forceinline__ T silu_mul(float gate, float up) {
   const float g = rnd<T>(gate);
   const float silu = rnd<T>(g / (1.0f + __expf(-g)));
-  return Num<T>::t(silu * rnd<T>(up));
+  return Pair<T>::t(silu * rnd<T>(up));
 }
 
 // The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15 (split groups).
@@ -293,7 +283,7 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
       const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const float2 p = Num<T>::f2(words[e]);
+        const float2 p = unpack<T>(words[e]);
         ss = fmaf(p.x, p.x, fmaf(p.y, p.y, ss));
       }
     }
@@ -323,9 +313,9 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
       float vals[8];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float2 p = Num<T>::f2(words[e]);
+        float2 p = unpack<T>(words[e]);
         if (flags & F_NORM) {
-          const float2 wn = Num<T>::f2(nwords[e]);
+          const float2 wn = unpack<T>(nwords[e]);
           p.x = rnd<T>(rnd<T>(p.x * rstd) * wn.x);
           p.y = rnd<T>(rnd<T>(p.y * rstd) * wn.y);
         }
@@ -333,8 +323,8 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
         vals[2 * e + 1] = p.y;
       }
       reinterpret_cast<uint4*>(xp)[v] =
-          make_uint4(Num<T>::pack(vals[0], vals[4]), Num<T>::pack(vals[1], vals[5]),
-                     Num<T>::pack(vals[2], vals[6]), Num<T>::pack(vals[3], vals[7]));
+          make_uint4(pack<T>(vals[0], vals[4]), pack<T>(vals[1], vals[5]),
+                     pack<T>(vals[2], vals[6]), pack<T>(vals[3], vals[7]));
 #pragma unroll
       for (int e = 0; e < 8; e++) part += vals[e];
     }
