@@ -16,6 +16,12 @@
 #                                          8,192, one `bench decode` run: about 3 minutes
 #   scripts/gpu/quant_check.sh e2e-4b      the same for a random Qwen3-4B shape (8 GB
 #                                          checkpoint; quantized heads only): about 12 minutes
+#   scripts/gpu/quant_check.sh e2e-8b      a random Qwen3-8B shape (16 GB checkpoint) as INT4 with
+#                                          an INT8 head and with an INT4 head: `decode_stages`
+#                                          on the INT4-head one (CUDA attention and kernels
+#                                          against the Triton ones, positions 1 and 4,096), then
+#                                          one `bench decode` run with bf16 (SUITE_8B: full, or
+#                                          a --positions list): about 12 minutes with full
 #   scripts/gpu/quant_check.sh launches    `evokernel tune` on random Qwen3-0.6B quantized in
 #                                          each of $LAUNCH_FORMATS (default: the headline
 #                                          three): each packed projection's launch measured,
@@ -141,6 +147,23 @@ e2e() {
 e2e-4b() {
   e2e_for q4b --preset qwen3-0.6b --hidden 2560 --intermediate 9728 --layers 36 --heads 32 \
     --kv-heads 8
+}
+
+e2e-8b() {
+  local base=$CKPT/q8b-bf16 suite=(--suite full)
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-8b --seed 0 \
+    || return 1
+  quantize "$base" q8b-int4-hint8 --format int4 --head int8
+  quantize "$base" q8b-int4-hint4 --format int4 --head int4
+  if [ -z "${SKIP_STAGES:-}" ]; then
+    "$PY" -m evokernel.bench.decode_stages --model "$CKPT/q8b-int4-hint4" --positions 1,4096 \
+      --variants default,triton-short,int4-triton --out "$OUT/quant_stages_q8b.json" \
+      2>&1 | tee "$OUT/quant_stages_q8b.log"
+  fi
+  [ "${SUITE_8B:-full}" = full ] || suite=(--positions "$SUITE_8B")
+  "${EK[@]}" bench decode --model "$base" "${suite[@]}" --baselines evokernel \
+    --quantized "$CKPT/q8b-int4-hint8" --quantized "$CKPT/q8b-int4-hint4" --max-minutes 9 \
+    --out "$OUT/quant_bench_q8b.json" 2>&1 | tee "$OUT/quant_bench_q8b.log"
 }
 
 sections=("$@")

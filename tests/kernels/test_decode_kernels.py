@@ -280,8 +280,8 @@ def test_fused_attention_matches_its_composition(
     assert _tickets_are_zero(device)  # left as found, for the next launch
 
 
-# The CUDA C++ one-pass kernel's shapes (head_dim 128, 2 query heads per kv head, bounds up
-# to 256): warps with no live row, the new row in any warp's rows, sequences of one row.
+# The CUDA C++ one-pass kernel's shapes (head_dim 128, 2 or 4 query heads per kv head, bounds
+# up to 256): warps with no live row, the new row in any warp's rows, sequences of one row.
 CUDA_DIRECT_CASES = [
     # B, Hq, Hkv, S, seq_lens
     (1, 16, 8, 128, [33]),
@@ -290,6 +290,9 @@ CUDA_DIRECT_CASES = [
     (1, 4, 2, 16, [16]),
     (2, 8, 4, 200, [150, 9]),
     (2, 4, 2, 48, [48, 2]),  # 3 warps: fewer threads than the 128 output items
+    (1, 32, 8, 128, [1]),  # 4 query heads a kv head (Qwen3-4B/8B), one row
+    (2, 16, 4, 256, [256, 17]),
+    (3, 8, 2, 48, [48, 2, 31]),  # 3 warps: fewer threads than the 256 output items
 ]
 
 
@@ -329,6 +332,8 @@ CUDA_CLUSTER_CASES = [
     (1, 16, 8, 512, [257], 1),
     (3, 4, 2, 700, [300, 700, 17], 8),
     (2, 4, 2, 300, [129, 65], 4),
+    (1, 32, 8, 1024, [1000], 4),  # 4 query heads a kv head
+    (2, 16, 4, 700, [300, 700], 8),
 ]
 
 

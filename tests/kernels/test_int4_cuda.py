@@ -3,8 +3,9 @@ torch references and the Triton kernels, on the shapes it serves: one activation
 group size multiples of 128, N and I odd (row groups cut short), groups of 128 / 256 / one per
 row, fewer chunks than warps, symmetric and asymmetric zero points (GPTQ v1's offset too),
 float16 / bfloat16 / float32 scales, act-order gathered by the launcher, every launch setting,
-inside a CUDA graph with PDL. Where it does not serve (a CPU, several rows, the head, a K or
-group size not a multiple of 128) a "cuda" choice runs the Triton kernels. Running it needs a
+inside a CUDA graph with PDL; the head's logits and greedy argmax (ties to the lower row).
+Where it does not serve (a CPU, several rows, a K or group size not a multiple of 128) a
+"cuda" choice runs the Triton kernels. Running it needs a
 GPU; building it needs nvcc (tests/ops/test_cuda_build.py)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from quant_weights import (
     ref_gate_up,
     ref_linear,
     ref_linear_residual,
+    ref_logits,
     ref_norm_linear,
 )
 
@@ -71,7 +73,7 @@ def test_the_declared_space_offers_cuda_only_where_the_kernel_is_written_for() -
     g = torch.Generator().manual_seed(1)
     assert "cuda" in quant.modes(int_weight(64, 2048, 4, 128, g), "gate_up")
     assert "cuda" in quant.modes(int_weight(64, 1024, 4, 128, g), "norm_linear")
-    assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 128, g), "head")
+    assert "cuda" in quant.modes(int_weight(64, 1024, 4, 128, g), "head")
     assert "cuda" not in quant.modes(int_weight(64, 1000, 4, 40, g), "norm_linear")  # K % 128
     assert "cuda" not in quant.modes(int_weight(64, 1024, 4, 64, g), "norm_linear")  # group
     assert "cuda" not in quant.modes(int_weight(64, 1536, 4, 384, g), "norm_linear")  # 3 chunks
@@ -137,9 +139,49 @@ def test_every_launch_setting_gives_the_same_outputs(settings) -> None:
     assert_close(act, ref_gate_up(x, norm_w, gu), f"gate_up {settings}")
 
 
+def _argmax_row(key: torch.Tensor) -> int:
+    return 0xFFFFFF - int(key) % (1 << 24)  # kernels/gemv.py `argmax_key`'s low 24 bits
+
+
 @pytest.mark.gpu
-def test_act_order_is_gathered_by_the_launcher_first(monkeypatch) -> None:
-    K = quant.GATHER_K
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("V,K,group", [(1001, 1024, 128), (20011, 4096, 128), (4099, 2048, -1)])
+def test_the_head_gives_the_logits_and_their_greedy_argmax(V, K, group, dtype, monkeypatch):
+    w = _weight(V, K, group, True, 0, torch.float16, "cuda")
+    x, norm_w = _inputs(K, dtype, "cuda", seed=V)
+    # rows 7 and V - 3 copies of the largest logit's row, scaled above every other: the
+    # argmax is the lower of the two
+    first = ref_logits(x, norm_w, w)[0]
+    src = int(first.abs().argmax())
+    sign = 1.0 if float(first[src]) > 0 else -1.0
+    for r in (7, V - 3):
+        w.qweight[r] = w.qweight[src]
+        w.scales[r] = w.scales[src] * 4 * sign
+        w.zeros[r] = w.zeros[src]
+    _force_cuda(monkeypatch)
+    assert quant.cuda_launch(w, "head", x, CUDA) is not None
+    logits = quant.norm_logits(x, norm_w, w, EPS, tuning=CUDA)
+    assert logits.dtype == torch.float32
+    assert_close(logits.to(dtype), ref_logits(x, norm_w, w).to(dtype), "head logits")
+    keys = torch.zeros(3, dtype=torch.int64, device="cuda")
+    quant.head_keys(x, norm_w, w, EPS, keys, tuning=CUDA)
+    assert logits[0, 7] == logits[0, V - 3] == logits.max()
+    assert _argmax_row(keys[0]) == 7 and int(keys[1]) == int(keys[2]) == 0
+    # a symmetric weight, nothing planted: the argmax of its own logits, the same every launch
+    w = _weight(V, K, group, False, 0, torch.bfloat16, "cuda")
+    logits = quant.norm_logits(x, norm_w, w, EPS, tuning=CUDA)
+    assert_close(logits.to(dtype), ref_logits(x, norm_w, w).to(dtype), "head, symmetric")
+    keys.zero_()
+    quant.head_keys(x, norm_w, w, EPS, keys, tuning=CUDA)
+    assert _argmax_row(keys[0]) == int(logits[0].argmax())
+    again = torch.zeros_like(keys)
+    quant.head_keys(x, norm_w, w, EPS, again, tuning=CUDA)
+    assert torch.equal(keys, again)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [2560, quant.GATHER_K])
+def test_act_order_is_gathered_by_the_launcher_first(K, monkeypatch) -> None:
     w = _weight(96, K, 128, True, 0, torch.float16, "cuda", perm=True)
     x, norm_w = _inputs(K, torch.bfloat16, "cuda")
     _force_cuda(monkeypatch)

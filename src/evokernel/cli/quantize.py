@@ -2,13 +2,13 @@
 published layout that the engine and other loaders read (model/quant/write.py).
 
     evokernel quantize --model DIR --out DIR --format fp8|int8|int4 [--group-size N]
-        [--head bf16|int8|fp8] [--layout gptq|awq] [--asym] [--shard-gb X] [--json]
+        [--head bf16|int8|int4|fp8] [--layout gptq|awq] [--asym] [--shard-gb X] [--json]
 
 Round to nearest, no calibration. fp8: Qwen's block FP8 (128x128 scales); int8 and int4:
 GPTQ (v1, symmetric unless --asym; --group-size default 128, -1 for one group per row), or
 AWQ's GEMM layout for int4 (--layout awq). --head bf16 keeps the head dense in the
-checkpoint's dtype (tied if it was); int8 (GPTQ) and fp8 (FP8) quantize it on its own, the
-embedding staying dense. The tokenizer, chat template and generation config are copied.
+checkpoint's dtype (tied if it was); int8 or int4 (GPTQ) and fp8 (FP8) quantize it on its
+own, the embedding staying dense. The tokenizer, chat template and generation config are copied.
 `--json` ends stdout with one JSON line (the summary).
 """
 
@@ -45,10 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--head",
-        choices=("bf16", "int8", "fp8"),
+        choices=("bf16", "int8", "int4", "fp8"),
         default="bf16",
-        help="the lm_head: bf16 = dense in the checkpoint's dtype (default); int8 with "
-        "--format int8/int4 (gptq); fp8 with --format fp8",
+        help="the lm_head: bf16 = dense in the checkpoint's dtype (default); int8 or int4 "
+        "with --format int8/int4 (gptq); fp8 with --format fp8",
     )
     p.add_argument(
         "--layout", choices=("gptq", "awq"), help="int4: gptq (default) or awq (bf16 head only)"

@@ -8,9 +8,10 @@
 
 Same contract as kernels/attention.py's fused kernel with one program per (sequence, kv head)
 (the packed qkv in, the new token's K/V appended at its position, out [B, Hq, D] written in
-the dtype), for the shapes the CUDA kernel is written for: head_dim 128, two query heads per
-kv head, bfloat16 or float16, a bound on seq_lens of at most `max_bound` and 2,048, on sm_90+
-(programmatic dependent launch, clusters) with nvcc to build it (ops/cuda_build.py).
+the dtype), for the shapes the CUDA kernel is written for: head_dim 128, two or four query
+heads per kv head (`GROUPS`: Qwen3-0.6B; Qwen3-4B/8B, Llama-3-8B), bfloat16 or float16, a
+bound on seq_lens of at most `max_bound` and 2,048, on sm_90+ (programmatic dependent
+launch, clusters) with nvcc to build it (ops/cuda_build.py).
 
 Work split (`plan`): a warp per 16 cache rows. Up to 256 rows one CTA per (sequence, kv head)
 (16 warps at most); beyond, a cluster of max(`min_cluster`, cdiv(rows, 256)) <= 8 CTAs per
@@ -36,7 +37,7 @@ from evokernel.ops import cuda_build
 
 NAME = "attention_direct"
 HEAD_DIM = 128
-GROUP = 2
+GROUPS = (2, 4)  # query heads per kv head the kernel is compiled for
 ROWS_PER_WARP = 16
 MAX_WARPS = 16
 MAX_CLUSTER = 8  # the portable cluster size
@@ -78,7 +79,9 @@ def split_for(
     if device.type != "cuda" or qkv.dtype not in DTYPES or not 1 <= bound <= max_bound:
         return None
     hkv, D = k_cache.shape[1], k_cache.shape[3]
-    if D != HEAD_DIM or hq != GROUP * hkv or torch.cuda.get_device_capability(device) < (9, 0):
+    if D != HEAD_DIM or hq not in {g * hkv for g in GROUPS}:
+        return None
+    if torch.cuda.get_device_capability(device) < (9, 0):
         return None
     split = plan(qkv.shape[0], hkv, min(bound, k_cache.shape[2]), min_cluster, _sms(device))
     return split if library(device) is not None else None
@@ -114,7 +117,8 @@ def launch(
     floats = (ctypes.c_float * 2)(scale, eps)
     index = qkv.device.index if qkv.device.index is not None else torch.cuda.current_device()
     warps, cluster = split
-    ints = (ctypes.c_int * 7)(warps, hkv, S, cos.shape[0], B, index, cluster)
+    group = (qkv.shape[1] // k_cache.shape[3] - 2 * hkv) // hkv
+    ints = (ctypes.c_int * 8)(warps, hkv, S, cos.shape[0], B, index, cluster, group)
     strides = (ctypes.c_int64 * 9)(
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),

@@ -59,11 +59,12 @@ LINEAR_KERNEL_ROWS = 16
 #                 column order (8 bits: "convert");
 #   "cuda"        (4 bits, one activation row) the CUDA C++ tensor-core kernel of
 #                 ops/quant_cuda.py, where it applies; elsewhere (more rows, a CPU, no nvcc,
-#                 a K not a multiple of 128, a group size not 128 times a power of two, the
-#                 head) the Triton `fallback`, the first non-"cuda" rule that covers the K.
-#                 Its rules (from K 2,560; the residual ops above 3,072, 16 warps a CTA) are
-#                 H100 measurements at Qwen3-4B's and -8B's shapes; at Qwen3-0.6B's K 1,024
-#                 its faster stages made a slower step (`decode_stages`, docs/perf-log.md).
+#                 a K not a multiple of 128, a group size not 128 times a power of two) the
+#                 Triton `fallback`, the first non-"cuda" rule that covers the K.
+#                 Its rules (from K 2,560; the residual ops above 3,072, 16 warps a CTA; the
+#                 head at every K, 8 warps) are H100 measurements at Qwen3-4B's and -8B's
+#                 shapes; at Qwen3-0.6B's K 1,024 its faster stages made a slower step
+#                 (`decode_stages`, docs/perf-log.md).
 # The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
 # warps): the first whose max K (None: any) is at least the weight's K applies (warps 0: by
 # the tile's values). Each is the fastest in `bench/quant_kernels.py` runs on an H100 at
@@ -103,7 +104,7 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
         (None, "interleave", 4),
     ),
     ("int4", "gate_up"): ((2048, "interleave", 0), (None, "cuda", 8), (None, "interleave", 4)),
-    ("int4", "head"): ((None, "interleave", 4),),
+    ("int4", "head"): ((None, "cuda", 8), (None, "interleave", 4)),
 }
 DEQUANT: str | None = None
 # The head's programs take this many tile bytes at the least (its 150K rows make plenty of
@@ -164,11 +165,11 @@ def modes(w: PackedWeight, op: str) -> tuple[str, ...]:
     """The dequantisation modes `op` may run `w` with (`tune`'s declared space for them):
     every mode of its format, except the 4-bit per-value passes above K 1,024 (3-17x
     slower than `interleave` there: the known-bad region, never sampled); "cuda" for a
-    4-bit weight the CUDA kernel is written for (not the head)."""
+    4-bit weight the CUDA kernel is written for."""
     assert op in OPS, op
     if w.format != "int4":
         return ("convert", "magic", "early")
-    cuda = ("cuda",) if op != "head" and quant_cuda.shape_fits(w) else ()
+    cuda = ("cuda",) if quant_cuda.shape_fits(w) else ()
     if w.shape[1] > PER_VALUE_MAX_K:
         return ("interleave", *cuda)
     return ("interleave", "convert", "magic", "early", *cuda)
@@ -179,13 +180,15 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
     (an int32 word's values are its little-endian bytes' in order), scales, zero points,
     permutation, and the constexprs (DEQ and the warps from `choice`). An act-order
     permutation is the kernel's to gather through (HAS_PERM) below GATHER_K columns and the
-    launcher's from there (`Layout.gather`: one gather launch for the row, then contiguous
-    loads): on an H100 the kernel's per-value gather is 1.4-3x faster than the extra
-    launches at Qwen3-0.6B's K (1,024-3,072) and mostly 1.6-4.5x slower at Qwen3-8B's
-    (4,096-12,288; docs/perf-log.md)."""
+    launcher's from there and wherever the choice is "cuda", as that kernel cannot
+    (`Layout.gather`: one gather launch for the row, then contiguous loads): on an H100
+    the kernel's per-value gather is 1.4-3x faster than the extra launches at Qwen3-0.6B's
+    K (1,024-3,072) and mostly 1.6-4.5x slower at Qwen3-8B's (4,096-12,288;
+    docs/perf-log.md)."""
     _N, K = w.shape
     mode, warps, tile = choice(w, op, tuning)
-    if mode == "cuda":
+    cuda = mode == "cuda"
+    if cuda:
         mode, warps = fallback(w, op)
     deq = DEQ_CODES[mode]
     magic = mode == "magic"
@@ -212,7 +215,7 @@ def layout(w: PackedWeight, op: str = "norm_linear", tuning: DecodeTuning = DEFA
     ng, gb = next_pow2(w.groups), next_pow2(gs * w.bits // 8)
     s = w.scales
     z = w.zeros if w.zeros is not None else s
-    in_kernel = w.perm is not None and K < GATHER_K
+    in_kernel = w.perm is not None and K < GATHER_K and not cuda  # the CUDA kernel cannot
     p = w.perm if w.perm is not None and in_kernel else s
     assert _rows_contiguous(w.qweight) and _rows_contiguous(s) and _rows_contiguous(z)
     q = w.qweight.view(torch.uint8)  # [N, 4 * words]: the words' bytes, little-endian
@@ -231,12 +234,13 @@ def cuda_launch(
 ) -> quant_cuda.Launch | None:  # fmt: skip
     """The CUDA kernel's launch settings where `op` runs `w` on it for these rows (its choice
     is "cuda" and `quant_cuda.applies`), else None. `tuning.gemv_warps`, else the choice's
-    warps, when set, are the CTA's."""
+    warps, when set, are the CTA's (the head's at most `quant_cuda.HEAD_MAX_WARPS`)."""
     mode, warps, _tile = choice(w, op, tuning)
-    if mode != "cuda" or op == "head" or not quant_cuda.applies(x, w, norm_weight):
+    if mode != "cuda" or not quant_cuda.applies(x, w, norm_weight):
         return None
     base = quant_cuda.DEFAULT_LAUNCH
-    return base._replace(warps=min(quant_cuda.MAX_WARPS, tuning.gemv_warps or warps or base.warps))
+    most = quant_cuda.HEAD_MAX_WARPS if op == "head" else quant_cuda.MAX_WARPS
+    return base._replace(warps=min(most, tuning.gemv_warps or warps or base.warps))
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -412,11 +416,18 @@ def _head(
     M = _check_rows(x, K)
     assert norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     lay = _check(lm_head, x, "head", tuning)
+    x_st, norm_st = lay.stored(x, 1), lay.stored(norm_weight, 0)
+    cuda = cuda_launch(lm_head, "head", x_st, tuning, norm_st)
+    if cuda is not None:
+        assert isinstance(lm_head, Int4Weight)
+        quant_cuda.launch(quant_cuda.OP_HEAD, x_st, lm_head, logits, norm_weight=norm_st,
+                          eps=eps, keys=keys, pdl=tuning.pdl, settings=cuda)  # fmt: skip
+        return
     # At least HEAD_TILE_BYTES, unless the layout's choice names its own tile
     tuning = tuning._replace(tile_bytes=max(tuning.tile_bytes, HEAD_TILE_BYTES))
     bn = block_n(V, lay, x.device, tuning)
     out = logits if logits is not None else x  # an unused pointer argument
-    x, norm_weight = lay.stored(x, 1), lay.stored(norm_weight, 0)
+    x, norm_weight = x_st, norm_st
     quant_norm_head_kernel[(cdiv(V, bn),)](
         x, norm_weight, *lay.tensors, keys if keys is not None else out, out, M, V,
         x.stride(0), *lay.strides, out.stride(0), eps, K=K, BLOCK_N=bn,

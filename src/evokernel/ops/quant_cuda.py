@@ -7,6 +7,9 @@ Same results as kernels/quant_gemv.py's fused kernels (ops/quant.py's signatures
   OP_LINEAR    out [1, N] = round(W @ rms_norm?(x) + bias?)     (norm_linear, linear)
   OP_RESIDUAL  out [1, N] += round(W @ x), in place              (linear_residual)
   OP_GATE_UP   out [1, I] = silu(round(Wg @ n)) * round(Wu @ n)  (norm_gate_up_silu)
+  OP_HEAD      out [1, V] = W @ rms_norm(x) in float32, if given; the row's argmax key
+               (kernels/gemv.py `argmax_key`) atomically maxed into keys[0], if given
+               (norm_logits, head_keys: the head, up to 8 warps a CTA)
 
 For the shapes it is written for: an `Int4Weight` whose K is a multiple of 128 and group size
 128 times a power of two (or one group a row),
@@ -41,11 +44,12 @@ from evokernel.model.quant.packed import Int4Weight
 from evokernel.ops import cuda_build
 
 NAME = "int4_gemv"
-OP_LINEAR, OP_RESIDUAL, OP_GATE_UP = 0, 1, 2
+OP_LINEAR, OP_RESIDUAL, OP_GATE_UP, OP_HEAD = 0, 1, 2, 3
+HEAD_MAX_WARPS = 8  # the head's kernel is built for CTAs of up to 8 warps
 CHUNK = 128  # values of a row one MMA item covers: K and the group size are multiples of it
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 SCALE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-F_NORM, F_BIAS, F_ZEROS = 1, 2, 4
+F_NORM, F_BIAS, F_ZEROS, F_LOGITS, F_KEYS = 1, 2, 4, 16, 32
 
 
 MAX_WARPS = 16  # a CTA's warps at most (kernels/cuda/int4_gemv.cu MAX_WARPS)
@@ -98,18 +102,31 @@ def applies(x: torch.Tensor, weight: object, norm_weight: torch.Tensor | None = 
 
 
 def launch(
-    op: int, x: torch.Tensor, weight: Int4Weight, out: torch.Tensor, *,
+    op: int, x: torch.Tensor, weight: Int4Weight, out: torch.Tensor | None, *,
     norm_weight: torch.Tensor | None = None, eps: float = 0.0, bias: torch.Tensor | None = None,
-    pdl: bool = True, settings: Launch = DEFAULT_LAUNCH,
+    keys: torch.Tensor | None = None, pdl: bool = True, settings: Launch = DEFAULT_LAUNCH,
 ) -> None:  # fmt: skip
     """One launch (`applies` must hold): x [1, K] (in the weight's stored column order), out
-    [1, N] (OP_RESIDUAL: the residual, updated in place; OP_GATE_UP: [1, N / 2])."""
+    [1, N] (OP_RESIDUAL: the residual, updated in place; OP_GATE_UP: [1, N / 2]; OP_HEAD:
+    float32 logits or None, with `keys` int64 [>= 1] holding zero or an earlier key, or None)."""
     lib = library(x.device)
     assert lib is not None, "the CUDA 4-bit GEMV library is not available (check applies())"
     N, K = weight.shape
     n_out = N // 2 if op == OP_GATE_UP else N
-    assert out.shape == (1, n_out) and out.dtype == x.dtype and out.is_contiguous()
     flags = 0
+    if op == OP_HEAD:
+        assert out is not None or keys is not None, "the head writes logits, keys or both"
+        assert settings.warps <= HEAD_MAX_WARPS, settings
+        assert N < 1 << 24, "argmax keys hold rows below 2**24"
+        if out is not None:
+            assert out.shape == (1, N) and out.dtype == torch.float32 and out.is_contiguous()
+            flags |= F_LOGITS
+        if keys is not None:
+            assert keys.dtype == torch.int64 and keys.numel() >= 1 and keys.is_contiguous()
+            flags |= F_KEYS
+    else:
+        assert out is not None and keys is None
+        assert out.shape == (1, n_out) and out.dtype == x.dtype and out.is_contiguous()
     if norm_weight is not None:
         assert norm_weight.shape == (K,) and norm_weight.is_contiguous()
         assert norm_weight.data_ptr() % 16 == 0
@@ -122,10 +139,11 @@ def launch(
     assert scales.is_contiguous() and (zeros is None or zeros.is_contiguous())
     if zeros is not None:
         flags |= F_ZEROS
-    ptrs = (ctypes.c_void_p * 7)(
+    ptrs = (ctypes.c_void_p * 8)(
         x.data_ptr(), (norm_weight if norm_weight is not None else x).data_ptr(),
         (bias if bias is not None else x).data_ptr(), weight.qweight.data_ptr(),
-        scales.data_ptr(), (zeros if zeros is not None else scales).data_ptr(), out.data_ptr(),
+        scales.data_ptr(), (zeros if zeros is not None else scales).data_ptr(),
+        (out if out is not None else x).data_ptr(), (keys if keys is not None else x).data_ptr(),
     )  # fmt: skip
     floats = (ctypes.c_float * 1)(eps)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()

@@ -45,6 +45,8 @@ QUANTIZED = {
     "int8": QuantizeOptions("int8", group_size=-1),
     "int4-head8-asym": QuantizeOptions("int4", head="int8", group_size=32, sym=False),
     "int4-awq": QuantizeOptions("int4", layout="awq", group_size=32),
+    "int4-head4": QuantizeOptions("int4", head="int4", group_size=32),
+    "int8-head4": QuantizeOptions("int8", head="int4", group_size=32),
 }
 
 

@@ -26,7 +26,7 @@ def _refused(capsys, argv: list[str]) -> str:
     "flags,words",
     [
         (["--format", "fp8", "--head", "int8"], ["--head int8", "fp8 layout", "bf16 or fp8"]),
-        (["--format", "int4", "--head", "fp8"], ["--head fp8", "gptq layout", "bf16 or int8"]),
+        (["--format", "int4", "--head", "fp8"], ["--head fp8", "gptq layout", "int8 or int4"]),
         (["--format", "int4", "--layout", "awq", "--head", "int8"], ["awq layout", "bf16"]),
         (["--format", "int8", "--layout", "awq"], ["--layout awq", "int8 is written as gptq"]),
         (["--format", "int4", "--group-size", "100"], ["--group-size 100", "multiple of 8"]),
@@ -68,6 +68,8 @@ def test_what_each_format_writes(tiny_dir: Path, tmp_path: Path, capsys) -> None
                  Int4Weight, Int8Weight),
         "awq": (["--format", "int4", "--layout", "awq", "--group-size", "64"], Int4Weight,
                 torch.Tensor),
+        "int4-head4": (["--format", "int4", "--head", "int4"], Int4Weight, Int4Weight),
+        "int8-head4": (["--format", "int8", "--head", "int4"], Int8Weight, Int4Weight),
     }  # fmt: skip
     for name, (flags, body, head) in cases.items():
         out = tmp_path / name
@@ -88,6 +90,10 @@ def test_what_each_format_writes(tiny_dir: Path, tmp_path: Path, capsys) -> None
     qc = json.loads((tmp_path / "int4" / "config.json").read_text())["quantization_config"]
     assert qc["lm_head"] is True and qc["dynamic"] == {"+:lm_head": {"bits": 8}}
     assert qc["sym"] is False and qc["checkpoint_format"] == "gptq"
+    qc = json.loads((tmp_path / "int4-head4" / "config.json").read_text())["quantization_config"]
+    assert qc["lm_head"] is True and "dynamic" not in qc  # the head takes the body's 4 bits
+    qc = json.loads((tmp_path / "int8-head4" / "config.json").read_text())["quantization_config"]
+    assert qc["lm_head"] is True and qc["dynamic"] == {"+:lm_head": {"bits": 4}}
     qc = json.loads((tmp_path / "fp8" / "config.json").read_text())["quantization_config"]
     assert qc["modules_to_not_convert"] == [] and qc["weight_block_size"] == [128, 128]
     with safe_open(tmp_path / "fp8" / "model.safetensors", "pt") as f:

@@ -1,12 +1,14 @@
 // GQA decode attention for short contexts in one pass, one CTA per (sequence, kv head), with
 // the new token's q/k RMSNorm, RoPE and cache append fused (the CUDA C++ counterpart of
-// kernels/attention.py's FUSED, DIRECT, CUDA-core path, for head_dim 128 and 2 query heads per
-// kv head). No split, so no second launch to merge chunks.
+// kernels/attention.py's FUSED, DIRECT, CUDA-core path, for head_dim 128 and G = 2 or 4 query
+// heads per kv head: Qwen3-0.6B has 2, Qwen3-4B/8B and Llama-3-8B 4). No split, so no second
+// launch to merge chunks.
 //
 // Grid (B * Hkv * CL), 32 * W threads, a cluster of CL CTAs per (sequence, kv head) (CL = 1:
 // no cluster), W = cdiv(bound, 16 CL) <= 16 warps. Warp w of cluster rank r owns cache rows
-// 16(rW + w) .. +15 of [0, seq_lens[b]) and both query heads 2j, 2j+1; its online-softmax
-// state (max, sum, accumulator per head, float32, base 2) is merged with the other warps' once,
+// 16(rW + w) .. +15 of [0, seq_lens[b]) and the G query heads Gj .. Gj+G-1, scored a pair of
+// heads at a time (decode_common.cuh's tile_score); its online-softmax state (max, sum,
+// accumulator per head, float32, base 2) is merged with the other warps' once,
 // through shared memory (one block barrier). With CL = 1 the CTA then writes out[b, h, :] in
 // the dtype; with CL > 1 each CTA leaves its merged state in its shared memory, and after a
 // cluster barrier rank 0 merges the CL states through distributed shared memory and writes
@@ -19,9 +21,9 @@
 // (every warp loads and normalises them itself, in parallel); the per-head RMSNorm then RoPE,
 // rounded as transformers rounds; the append of k, v at the position by the warp whose rows
 // hold it, which also counts the new row from registers; the warp's 32 partial dot products
-// a lane (16 rows x 2 heads) reduce-scattered over the warp (31 shuffles), so lane 16g + r
-// holds the score of head g, row r; rows at or past seq_len or at the position skipped; the
-// probabilities rounded to the dtype for the value product. Positions at or past seq_lens[b]
+// a lane per pair of heads (16 rows x 2 heads) reduce-scattered over the warp (31 shuffles),
+// so lane 16g + r holds the score of the pair's head g, row r; rows at or past seq_len or at
+// the position skipped; the probabilities rounded to the dtype for the value product. Positions at or past seq_lens[b]
 // are never read.
 
 #include <cooperative_groups.h>
@@ -39,7 +41,7 @@ namespace cg = cooperative_groups;
 constexpr int MAX_WARPS = 16;  // bounds up to 256 positions
 constexpr int MAX_CLUSTER = 8;  // portable cluster size: bounds up to 2,048 positions
 
-template <typename T>
+template <typename T, int G>
 __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     const T* __restrict__ qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, const int* pos_ptr,
@@ -49,13 +51,15 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     int64_t stride_oh) {
   using PT = Pair<T>;
   using V = typename PT::V;
-  __shared__ float sm_m[MAX_WARPS][GROUP], sm_l[MAX_WARPS][GROUP];
-  __shared__ __align__(16) float sm_acc[MAX_WARPS][GROUP][D];
-  __shared__ __align__(16) float sp[MAX_WARPS][GROUP * ROWS];
+  static_assert(G % GROUP == 0 && G <= 4, "pairs of query heads, at most 4 a kv head");
+  constexpr int PAIRS = G / GROUP;
+  __shared__ float sm_m[MAX_WARPS][G], sm_l[MAX_WARPS][G];
+  __shared__ __align__(16) float sm_acc[MAX_WARPS][G][D];
+  __shared__ __align__(16) float sp[MAX_WARPS][G * ROWS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int head = blockIdx.x / cl, rank = blockIdx.x % cl;  // a cluster's CTAs are adjacent
   const int b = head / hkv, j = head % hkv;
-  const int hq = hkv * GROUP;
+  const int hq = hkv * G;
 
   const int seq_len = seq_lens[b];  // stable: set before this step began
   const int row0 = (rank * warps + warp) * ROWS;
@@ -87,22 +91,24 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  float m_run[GROUP] = {-INFINITY, -INFINITY}, l_run[GROUP] = {0.f, 0.f};
-  Quad acc[GROUP];
+  float m_run[G], l_run[G];
+  Quad acc[G];
 #pragma unroll
-  for (int g = 0; g < GROUP; g++) {
+  for (int g = 0; g < G; g++) {
+    m_run[g] = -INFINITY;
+    l_run[g] = 0.f;
     acc[g].lo = make_float2(0.f, 0.f);
     acc[g].hi = make_float2(0.f, 0.f);
   }
   if (row0 < seq_len) {  // a warp with no live row only joins the merges
     const T* row_b = qkv + (int64_t)b * stride_qb;
-    Quad q[GROUP];
+    Quad q[G];
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) q[g] = load_quad(row_b + (j * GROUP + g) * D, lane);
+    for (int g = 0; g < G; g++) q[g] = load_quad(row_b + (j * G + g) * D, lane);
     Quad kn = load_quad(row_b + (hq + j) * D, lane);
     const Quad vn = load_quad(row_b + (hq + hkv + j) * D, lane);
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) q[g] = norm_rope<T>(q[g], qw, c, sn, eps);
+    for (int g = 0; g < G; g++) q[g] = norm_rope<T>(q[g], qw, c, sn, eps);
     kn = norm_rope<T>(kn, kw, c, sn, eps);
     const float qk_scale = scale * 1.4426950408889634f;
     const bool mine = row0 <= pos && pos < row0 + ROWS;  // this warp's rows hold the new one
@@ -116,49 +122,56 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
       vd[lane] = PT::v2(vn.lo.x, vn.lo.y);
       vd[HALF / 2 + lane] = PT::v2(vn.hi.x, vn.hi.y);
     }
-    float s_new[GROUP];
+    float s_new[G];
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) s_new[g] = warp_sum(dot4(q[g], kn.lo, kn.hi)) * qk_scale;
+    for (int g = 0; g < G; g++) s_new[g] = warp_sum(dot4(q[g], kn.lo, kn.hi)) * qk_scale;
 
-    const int g_mine = lane >> 4;
-    const float score = tile_score(t, q, row0, seq_len, pos, qk_scale, lane);
-    float mt = score;
+    const int g_mine = lane >> 4;  // this lane's head within a pair
 #pragma unroll
-    for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
-    const float m_other = __shfl_xor_sync(FULL, mt, 16);
-    float m_tile[GROUP] = {g_mine == 0 ? mt : m_other, g_mine == 0 ? m_other : mt};
+    for (int p = 0; p < PAIRS; p++) {  // heads 2p, 2p+1: lane 16g + r scores head 2p+g, row r
+      const float score = tile_score(t, q + GROUP * p, row0, seq_len, pos, qk_scale, lane);
+      float mt = score;
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) m_run[g] = mine ? fmaxf(m_tile[g], s_new[g]) : m_tile[g];
-    // m_run is finite: the warp has a live row, or holds the new one (its first row is pos).
-    const float p = ex2(score - m_run[g_mine]);
-    float lt = p;
+      for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
+      const float m_other = __shfl_xor_sync(FULL, mt, 16);
+      const float m_tile[GROUP] = {g_mine == 0 ? mt : m_other, g_mine == 0 ? m_other : mt};
 #pragma unroll
-    for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(FULL, lt, off);
-    const float l_other = __shfl_xor_sync(FULL, lt, 16);
-    const float l_tile[GROUP] = {g_mine == 0 ? lt : l_other, g_mine == 0 ? l_other : lt};
-    sp[warp][lane] = PT::rnd(p);  // in the dtype, for the value product
-    __syncwarp();
-    float pr[GROUP * ROWS];
+      for (int g = 0; g < GROUP; g++) {
+        const int h = GROUP * p + g;
+        m_run[h] = mine ? fmaxf(m_tile[g], s_new[h]) : m_tile[g];
+      }
+      // m_run is finite: the warp has a live row, or holds the new one (its first row is pos).
+      const float pb = ex2(score - (g_mine == 0 ? m_run[GROUP * p] : m_run[GROUP * p + 1]));
+      float lt = pb;
 #pragma unroll
-    for (int i = 0; i < GROUP * ROWS; i += 4) {
-      const float4 f = *reinterpret_cast<const float4*>(&sp[warp][i]);
-      pr[i] = f.x;
-      pr[i + 1] = f.y;
-      pr[i + 2] = f.z;
-      pr[i + 3] = f.w;
+      for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(FULL, lt, off);
+      const float l_other = __shfl_xor_sync(FULL, lt, 16);
+      l_run[GROUP * p] = g_mine == 0 ? lt : l_other;
+      l_run[GROUP * p + 1] = g_mine == 0 ? l_other : lt;
+      sp[warp][GROUP * ROWS * p + lane] = PT::rnd(pb);  // in the dtype, for the value product
     }
+    __syncwarp();
 #pragma unroll
-    for (int g = 0; g < GROUP; g++) {
+    for (int g = 0; g < G; g++) {
       const float fn = mine ? ex2(s_new[g] - m_run[g]) : 0.f;  // the new row's weight
-      l_run[g] = l_tile[g] + fn;
+      l_run[g] += fn;
+      float pr[ROWS];
+#pragma unroll
+      for (int i = 0; i < ROWS; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(&sp[warp][g * ROWS + i]);
+        pr[i] = f.x;
+        pr[i + 1] = f.y;
+        pr[i + 2] = f.z;
+        pr[i + 3] = f.w;
+      }
       Quad a;
       a.lo = make_float2(vn.lo.x * fn, vn.lo.y * fn);
       a.hi = make_float2(vn.hi.x * fn, vn.hi.y * fn);
-      acc[g] = add_values(a, t, pr + g * ROWS);
+      acc[g] = add_values(a, t, pr);
     }
   }
 #pragma unroll
-  for (int g = 0; g < GROUP; g++) {
+  for (int g = 0; g < G; g++) {
     *reinterpret_cast<float2*>(&sm_acc[warp][g][2 * lane]) = acc[g].lo;
     *reinterpret_cast<float2*>(&sm_acc[warp][g][HALF + 2 * lane]) = acc[g].hi;
     if (lane == 0) {
@@ -167,11 +180,11 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     }
   }
   __syncthreads();
-  // Item i < 128 (threads stride over them: a CTA may have 32 threads) finishes dims 2u,
+  // Item i < 64 G (threads stride over them: a CTA may have 32 threads) finishes dims 2u,
   // 2u+1 (u = i % 64) of head i / 64: over this CTA's warps, then (CL > 1) over the cluster.
-  __shared__ float cta_m[GROUP], cta_l[GROUP];
-  __shared__ __align__(16) float cta_o[GROUP][D];
-  for (int i = threadIdx.x; i < GROUP * HALF; i += blockDim.x) {
+  __shared__ float cta_m[G], cta_l[G];
+  __shared__ __align__(16) float cta_o[G][D];
+  for (int i = threadIdx.x; i < G * HALF; i += blockDim.x) {
     const int g = i / HALF, u = i % HALF;
     float m = -INFINITY;
     for (int w = 0; w < warps; w++) m = fmaxf(m, sm_m[w][g]);
@@ -187,7 +200,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
     }
     if (cl == 1) {
       const float inv = __frcp_rn(l);  // warp 0 always has a live row
-      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
+      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * G + g) * stride_oh);
       dst[u] = PT::v2(o.x * inv, o.y * inv);
     } else {  // this CTA's state, not yet normalised (m -inf, l 0: no live row here)
       *reinterpret_cast<float2*>(&cta_o[g][2 * u]) = o;
@@ -201,7 +214,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's state written and visible to the cluster
   if (rank == 0) {
-    for (int i = threadIdx.x; i < GROUP * HALF; i += blockDim.x) {
+    for (int i = threadIdx.x; i < G * HALF; i += blockDim.x) {
       const int g = i / HALF, u = i % HALF;
       float m = -INFINITY;
       for (int r = 0; r < cl; r++) m = fmaxf(m, *cluster.map_shared_rank(&cta_m[g], r));
@@ -217,7 +230,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
         o.y += a.y * f;
       }
       const float inv = __frcp_rn(l);  // rank 0's warp 0 always has a live row
-      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * GROUP + g) * stride_oh);
+      auto* dst = reinterpret_cast<V*>(out + (int64_t)b * stride_ob + (int64_t)(j * G + g) * stride_oh);
       dst[u] = PT::v2(o.x * inv, o.y * inv);
     }
   }
@@ -228,13 +241,14 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
 
 // ptrs: qkv, q_norm, k_norm, cos, sin, positions, seq_lens, k_cache, v_cache, out;
 // floats: scale, eps; ints: warps (cdiv(bound, 16 cluster), <= 16), hkv, S, P, B, device,
-// cluster (CTAs per (sequence, kv head), 1..8);
+// cluster (CTAs per (sequence, kv head), 1..8), query heads per kv head (2 or 4);
 // strides: qb, kb, kh, ks, vb, vh, vs, ob, oh. dtype 0 bfloat16, 1 float16.
 // Returns a cudaError_t (0: launched).
 extern "C" int evk_attention_direct(int dtype, int pdl, void** a, const float* f, const int* n,
                                     const int64_t* st, void* stream) {
-  const int cl = n[6];
-  if (n[0] < 1 || n[0] > MAX_WARPS || cl < 1 || cl > MAX_CLUSTER) return (int)cudaErrorInvalidValue;
+  const int cl = n[6], group = n[7];
+  if (n[0] < 1 || n[0] > MAX_WARPS || cl < 1 || cl > MAX_CLUSTER || (group != 2 && group != 4))
+    return (int)cudaErrorInvalidValue;
   cudaError_t err = cudaSetDevice(n[5]);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t cfg = {};
@@ -259,10 +273,15 @@ extern "C" int evk_attention_direct(int dtype, int pdl, void** a, const float* f
   (const T*)a[0], (const T*)a[1], (const T*)a[2], (const float*)a[3], (const float*)a[4], \
       (const int*)a[5], (const int*)a[6], (T*)a[7], (T*)a[8], (T*)a[9], f[0], f[1], n[1],  \
       cl, n[2], n[3], st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8]
-  if (dtype == 0)
-    return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__nv_bfloat16>,
+  if (dtype == 0 && group == 2)
+    return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__nv_bfloat16, 2>,
                                    EVK_ARGS(__nv_bfloat16));
-  return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__half>, EVK_ARGS(__half));
+  if (dtype == 0)
+    return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__nv_bfloat16, 4>,
+                                   EVK_ARGS(__nv_bfloat16));
+  if (group == 2)
+    return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__half, 2>, EVK_ARGS(__half));
+  return (int)cudaLaunchKernelEx(&cfg, attention_direct_kernel<__half, 4>, EVK_ARGS(__half));
 #undef EVK_ARGS
 }
 

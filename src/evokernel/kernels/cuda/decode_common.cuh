@@ -7,7 +7,7 @@
 constexpr int D = 128;
 constexpr int HALF = 64;
 constexpr int ROWS = 16;  // cache rows of a warp's attention tile
-constexpr int GROUP = 2;  // query heads per kv head
+constexpr int GROUP = 2;  // query heads tile_score scores together (decode_persistent.cu: a kv head's)
 constexpr unsigned FULL = 0xffffffffu;
 
 template <typename T> struct Pair;

@@ -32,6 +32,9 @@
 //   LINEAR    y[r] = round(acc + bias[r])            (qkv: norm_linear; linear)
 //   RESIDUAL  res[r] = round(res[r] + round(acc))    (o_proj, down_proj)
 //   GATE_UP   act[j] = round(round(silu(round(g))) * round(u))
+//   HEAD      logits[r] = acc (float32), if asked; the argmax key of (acc, r) (greedy order:
+//             the larger value, then the lower row; kernels/gemv.py `argmax_key`) kept per
+//             CTA by warp 0 and atomically maxed into keys[0] once, at the CTA's end
 // Each warp's items (group, chunk) are software-pipelined PIPE deep: the loads of item
 // f + PIPE - 1 are issued before item f is computed, the first PIPE - 1 before the PDL wait
 // (the weights do not depend on the previous kernel).
@@ -58,11 +61,14 @@ constexpr int min_ctas() {
 [[maybe_unused]] constexpr int OP_LINEAR = 0;
 constexpr int OP_RESIDUAL = 1;
 constexpr int OP_GATE_UP = 2;
+constexpr int OP_HEAD = 3;
 
 constexpr int F_NORM = 1;
 constexpr int F_BIAS = 2;
 constexpr int F_ZEROS = 4;
 constexpr int F_PDL = 8;
+constexpr int F_LOGITS = 16;  // HEAD: write the float32 logits
+constexpr int F_KEYS = 32;    // HEAD: max the argmax key into keys[0]
 
 #include "decode_common.cuh"  // Pair<T> (the dtype's conversions and rounding), warp_sum
 
@@ -248,13 +254,32 @@ __device__ __forceinline__ T silu_mul(float gate, float up) {
   return Pair<T>::t(silu * rnd<T>(up));
 }
 
+// kernels/gemv.py `argmax_key`: an int64 ordered as greedy argmax orders (value, row): the
+// larger value first (+0 and -0 equal, a NaN above every number), then the lower row (< 2^24).
+__device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
+  const uint32_t bits = __float_as_uint(value == 0.f ? 0.f : value);
+  const uint32_t ordered = bits >= 0x80000000u ? 0xFFFFFFFFu - bits : bits + 0x80000000u;
+  return (unsigned long long)ordered * 0x1000000ull + (0xFFFFFFull - (unsigned long long)row);
+}
+
 // The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15 (split groups).
-template <typename T>
+// HEAD: the logits stored if asked, this lane's best key so far in `best`.
+template <typename T, bool HEAD>
 __device__ __forceinline__ void finish_group(const Work& wk, int i, int lane, int warps,
-                                             const float* red, const T* bias, T* out) {
+                                             const float* red, const T* bias, T* out,
+                                             float* logits, unsigned long long& best) {
   float a = 0.f;
   if (lane < TILE) {
     for (int w = 0; w < warps; w++) a += red[w * TILE + lane];
+  }
+  if constexpr (HEAD) {
+    const int row = TILE * i + lane;
+    if (lane < TILE && row < wk.N) {
+      if (wk.flags & F_LOGITS) logits[row] = a;
+      const unsigned long long key = argmax_key(a, row);
+      best = key > best ? key : best;
+    }
+    return;
   }
   if (wk.op == OP_GATE_UP) {
     const float u = __shfl_down_sync(FULL, a, 8);
@@ -336,12 +361,14 @@ __device__ __forceinline__ void stage_x(const T* x, const T* norm_w, int K, floa
   __syncthreads();
 }
 
-template <typename T, int PIPE, int WMAX>
+// HEAD: the head's kernel (op OP_HEAD), apart so that the other ops' registers stay as they were.
+template <typename T, int PIPE, int WMAX, bool HEAD>
 __global__ void __launch_bounds__(32 * WMAX, min_ctas<WMAX>()) int4_gemv_kernel(
     const T* __restrict__ x, const T* __restrict__ norm_w, const T* __restrict__ bias,
     const uint4* __restrict__ q, const void* __restrict__ scales,
-    const uint8_t* __restrict__ zeros, T* out, int op, int N, int n_out, int K, int groups,
-    int gpc_shift, int scale_code, int zoff, int flags, float eps) {
+    const uint8_t* __restrict__ zeros, T* out, float* logits, unsigned long long* keys, int op,
+    int N, int n_out, int K, int groups, int gpc_shift, int scale_code, int zoff, int flags,
+    float eps) {
   extern __shared__ uint32_t smem[];
   uint32_t* xp = smem;                                  // K / 2 words
   float* xsum = reinterpret_cast<float*>(xp + K / 2);  // K / 128
@@ -398,6 +425,7 @@ __global__ void __launch_bounds__(32 * WMAX, min_ctas<WMAX>()) int4_gemv_kernel(
   asm("mov.b32 %0, %1;" : "=r"(magic) : "n"(Num<T>::MAGIC));
 
   float acc_lo = 0.f, acc_hi = 0.f;
+  unsigned long long best = 0ull;  // HEAD: warp 0's lanes' best keys (0: below every key)
   int buf = 0, i = team, k = 0;  // the item computed
   for (int f0 = 0; f0 < items; f0 += PIPE) {
 #pragma unroll
@@ -416,7 +444,7 @@ __global__ void __launch_bounds__(32 * WMAX, min_ctas<WMAX>()) int4_gemv_kernel(
             r[warp * TILE + g + 8] = acc_hi;
           }
           __syncthreads();
-          if (warp == 0) finish_group<T>(wk, i, lane, W, r, bias, out);
+          if (warp == 0) finish_group<T, HEAD>(wk, i, lane, W, r, bias, out, logits, best);
           buf ^= 1;
           acc_lo = acc_hi = 0.f;
         }
@@ -427,13 +455,21 @@ __global__ void __launch_bounds__(32 * WMAX, min_ctas<WMAX>()) int4_gemv_kernel(
       }
     }
   }
+  if (HEAD && (flags & F_KEYS) && warp == 0) {  // one atomic a CTA
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(FULL, best, off);
+      best = other > best ? other : best;
+    }
+    if (lane == 0 && best != 0ull) atomicMax(keys, best);
+  }
 }
 
-template <typename T, int PIPE, int WMAX>
+template <typename T, int PIPE, int WMAX, bool HEAD = false>
 cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* f, const int* n,
                          int flags, int n_groups) {
   cudaLaunchConfig_t cfg = base;
-  auto kernel = int4_gemv_kernel<T, PIPE, WMAX>;
+  auto kernel = int4_gemv_kernel<T, PIPE, WMAX, HEAD>;
   const int K = n[3];
   const int W = (int)cfg.blockDim.x / 32;
   const size_t smem = sizeof(uint32_t) * ((size_t)K / 2 + K / CHUNK + 2 * W * TILE + 32);
@@ -457,17 +493,20 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
   cfg.dynamicSmemBytes = smem;
   return cudaLaunchKernelEx(&cfg, kernel, (const T*)a[0], (const T*)a[1], (const T*)a[2],
                             (const uint4*)a[3], (const void*)a[4], (const uint8_t*)a[5], (T*)a[6],
-                            n[0], n[1], n[2], K, n[4], n[5], n[6], n[7], flags, f[0]);
+                            (float*)a[6], (unsigned long long*)a[7], n[0], n[1], n[2], K, n[4],
+                            n[5], n[6], n[7], flags, f[0]);
 }
 
 }  // namespace
 
 // ptrs: x [K], norm weight [K], bias [N], qweight [N, K/8] int32, scales [N, G], zeros [N, G]
-// (unused pointers may be any valid one), out (y [N], the residual [N], or act [I]);
-// floats: eps; ints: op (0 linear, 1 residual, 2 gate_up), N (weight rows), n_out (outputs:
-// N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks of 128
-// a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
-// 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points; PDL from `pdl`), warps a CTA
+// (unused pointers may be any valid one), out (y [N], the residual [N], act [I], or the head's
+// float32 logits [N]), keys (the head's int64 argmax key, maxed into);
+// floats: eps; ints: op (0 linear, 1 residual, 2 gate_up, 3 head), N (weight rows), n_out
+// (outputs: N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks
+// of 128 a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
+// 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points, 16 logits, 32 keys; PDL
+// from `pdl`), warps a CTA
 // (1..16, lowered to K / 128), pipeline depth (2 or 3; 2 beyond 8 warps: registers), CTAs an SM (0: as many as fit),
 // device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
@@ -475,7 +514,7 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   (void)st;
   const int K = n[3], pipe = n[10];
   if (n[9] < 1 || n[9] > MAX_WARPS || K % CHUNK != 0 || K < CHUNK || n[5] < 0 || n[5] > 31 ||
-      n[0] < 0 || n[0] > 2)
+      n[0] < 0 || n[0] > OP_HEAD)
     return (int)cudaErrorInvalidValue;
   const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
@@ -493,8 +532,12 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   }
   const int n_groups = n[0] == OP_GATE_UP ? (n[2] + 7) / 8 : (n[1] + TILE - 1) / TILE;
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
+  const bool head = n[0] == OP_HEAD;
+  if (head && warps > 8) return (int)cudaErrorInvalidValue;  // the head's kernel: up to 8 warps
 #define EVK_PIPE(T)                                                                  \
-  switch ((warps > 8 ? 2 : pipe) * 100 + (warps > 8 ? 16 : 8)) {                   \
+  switch ((warps > 8 ? 2 : pipe) * 100 + (warps > 8 ? 16 : 8) + (head ? 1000 : 0)) { \
+    case 1208: return (int)launch_typed<T, 2, 8, true>(cfg, a, f, n, flags, n_groups); \
+    case 1308: return (int)launch_typed<T, 3, 8, true>(cfg, a, f, n, flags, n_groups); \
     case 208: return (int)launch_typed<T, 2, 8>(cfg, a, f, n, flags, n_groups);     \
     case 308: return (int)launch_typed<T, 3, 8>(cfg, a, f, n, flags, n_groups);     \
     case 216: return (int)launch_typed<T, 2, 16>(cfg, a, f, n, flags, n_groups);    \

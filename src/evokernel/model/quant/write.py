@@ -9,16 +9,18 @@
 |          |        | the head is fp8                                                       |
 | int8     | gptq   | quant_method gptq, bits 8, group_size, sym, desc_act false,           |
 |          |        | checkpoint_format gptq (v1), lm_head                                  |
-| int4     | gptq   | the same with bits 4; an int8 head is `lm_head: true` plus the        |
-|          |        | per-module rule dynamic {"+:lm_head": {"bits": 8}} (vLLM, GPTQModel)  |
+| int4     | gptq   | the same with bits 4; a head of the other width is `lm_head: true`    |
+|          |        | plus the per-module rule dynamic {"+:lm_head": {"bits": 8}} (or 4)    |
+|          |        | (vLLM, GPTQModel); a head of the body's width, `lm_head: true` alone  |
 | int4     | awq    | quant_method awq, bits 4, group_size, zero_point true, version gemm   |
 
 Every value is rounded to nearest (quantize.py); nothing is calibrated, and the config's
 `meta` (GPTQ) says so. The head: `bf16` keeps it dense in the checkpoint's own dtype (and
-tied if it was); `int8` / `fp8` quantize it, which unties it (`tie_word_embeddings: false`,
+tied if it was); `int8` / `int4` / `fp8` quantize it (with the body's group size), which
+unties it (`tie_word_embeddings: false`,
 the embedding stays dense for the token lookup, `lm_head` is stored quantized), since a tied
 table cannot be both. Which combinations a layout can record is checked first: an fp8 body
-takes a bf16 or fp8 head, a GPTQ body a bf16 or int8 head, AWQ a bf16 head.
+takes a bf16 or fp8 head, a GPTQ body a bf16, int8 or int4 head, AWQ a bf16 head.
 
 The rest of the directory is copied (generation_config.json, tokenizer, chat template, ...);
 config.json is the source's, with `quantization_config` (and the head's tying) added, so
@@ -45,7 +47,8 @@ from evokernel.model.quant.layout import all_modules, quantized_tensors
 from evokernel.model.safetensors_io import STORAGE_DTYPES, TensorMap, TensorSpec, write_file
 
 FORMATS = ("fp8", "int8", "int4")
-HEADS = ("bf16", "int8", "fp8")
+HEADS = ("bf16", "int8", "int4", "fp8")
+HEAD_BITS = {"int8": 8, "int4": 4}
 LAYOUTS = ("gptq", "awq")
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
@@ -58,7 +61,7 @@ PACKED_DTYPES = {"weight_scale_inv": "F32", "scales": "F16", "weight": "F8_E4M3"
 @dataclass(frozen=True)
 class QuantizeOptions:
     format: str  # fp8 | int8 | int4
-    head: str = "bf16"  # bf16 (dense, the checkpoint's dtype) | int8 | fp8
+    head: str = "bf16"  # bf16 (dense, the checkpoint's dtype) | int8 | int4 | fp8
     group_size: int | None = None  # int formats: default 128; -1 = per row
     layout: str | None = None  # int4: gptq (default) | awq
     sym: bool = True  # gptq: symmetric zero points (AWQ is always asymmetric)
@@ -74,7 +77,9 @@ class QuantizeOptions:
             raise ConfigError(f"--layout {self.layout}: {self.format} is written as gptq")
         if self.format == "fp8" and self.layout is not None:
             raise ConfigError("--layout applies to int8 and int4 (fp8 has one layout)")
-        allowed = {"fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8"), "awq": ("bf16",)}[layout]
+        allowed = {
+            "fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"), "awq": ("bf16",)
+        }[layout]  # fmt: skip
         if self.head not in allowed:
             raise ConfigError(
                 f"--head {self.head}: the {layout} layout records a head in "
@@ -130,11 +135,11 @@ class QuantizeOptions:
             "sym": self.sym,
             "desc_act": False,
             "checkpoint_format": "gptq",
-            "lm_head": self.head == "int8",
+            "lm_head": self.head in HEAD_BITS,
             "meta": {"quantizer": [f"evokernel:{__version__}"], "method": "round-to-nearest"},
         }
-        if self.head == "int8" and self.bits != 8:
-            d["dynamic"] = {f"+:{HEAD}": {"bits": 8}}
+        if self.head in HEAD_BITS and HEAD_BITS[self.head] != self.bits:
+            d["dynamic"] = {f"+:{HEAD}": {"bits": HEAD_BITS[self.head]}}
         return d
 
 
