@@ -194,7 +194,9 @@ def test_the_choice_follows_the_format_the_op_and_k(monkeypatch) -> None:
     assert quant.layout(large, "norm_linear").warps == rules[-1][2]
     residual = quant.CHOICES[("int4", "linear_residual")]
     assert quant.choice(small, "linear_residual") == (*residual[0][1:], 0)
-    assert quant.choice(deep, "linear_residual") == (*residual[1][1:], 0)
+    assert quant.choice(large, "linear_residual") == (*residual[1][1:], 0)
+    assert quant.choice(deep, "linear_residual") == (*residual[2][1:], 0)
+    assert residual[1][1:] == ("cuda", 8) and residual[2][1:] == ("cuda", 16)
     assert quant.layout(large, "head").warps == quant.CHOICES[("int4", "head")][-1][2]
     middle = int_weight(64, 2048, 4, 128, g)  # no strided 4-bit passes past K 1,024
     assert quant.fallback(middle, "norm_linear")[0] == "interleave"

@@ -61,10 +61,12 @@ LINEAR_KERNEL_ROWS = 16
 #                 ops/quant_cuda.py, where it applies; elsewhere (more rows, a CPU, no nvcc,
 #                 a K not a multiple of 128, a group size not 128 times a power of two) the
 #                 Triton `fallback`, the first non-"cuda" rule that covers the K.
-#                 Its rules (from K 2,560; the residual ops above 3,072, 16 warps a CTA; the
-#                 head at every K, 8 warps) are H100 measurements at Qwen3-4B's and -8B's
-#                 shapes; at Qwen3-0.6B's K 1,024 its faster stages made a slower step
-#                 (`decode_stages`, docs/perf-log.md).
+#                 Its rules (from K 2,560; the residual ops above 3,072, with 8 warps a
+#                 CTA to K 4,096 and 16 beyond; the head at every K, 8 warps) are H100
+#                 measurements at Qwen3-4B's and -8B's shapes (o_proj's 8 warps: `tune` on
+#                 the 8B INT4 checkpoint, +2.5% on the step at position 1 against 16, which
+#                 are faster alone); at Qwen3-0.6B's K 1,024 its faster stages made a slower
+#                 step (`decode_stages`, docs/perf-log.md).
 # The same products every way. `CHOICES` holds, per format and op, rules (max K, mode,
 # warps): the first whose max K (None: any) is at least the weight's K applies (warps 0: by
 # the tile's values). Each is the fastest in `bench/quant_kernels.py` runs on an H100 at
@@ -100,6 +102,7 @@ CHOICES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ),
     ("int4", "linear_residual"): (
         (3072, "interleave", 4),
+        (4096, "cuda", 8),
         (None, "cuda", 16),
         (None, "interleave", 4),
     ),
