@@ -57,8 +57,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "magic": {"dequant": "magic"},
     "early": {"dequant": "early"},
     "interleave": {"dequant": "interleave"},
-    # the CUDA 4-bit kernel (ops/quant_cuda.py; other formats and the head: their Triton
-    # fallback), with its default launch or another CTA size / pipeline depth
+    # the CUDA 4-bit kernel (ops/quant_cuda.py; other formats: their Triton fallback), with
+    # its default launch or another CTA size / pipeline depth (the head: at most 8 warps)
     "cuda": {"dequant": "cuda"},
     "cuda-w4": {"dequant": "cuda", "gemv_warps": 4},
     "cuda-w8": {"dequant": "cuda", "gemv_warps": 8},
