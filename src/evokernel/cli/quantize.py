@@ -8,8 +8,8 @@ Round to nearest, no calibration. fp8: Qwen's block FP8 (128x128 scales); int8 a
 GPTQ (v1, symmetric unless --asym; --group-size default 128, -1 for one group per row), or
 AWQ's GEMM layout for int4 (--layout awq). --head bf16 keeps the head dense in the
 checkpoint's dtype (tied if it was); int8 or int4 (GPTQ) and fp8 (FP8) quantize it on its
-own, the embedding staying dense. The tokenizer, chat template and generation config are copied.
-`--json` ends stdout with one JSON line (the summary).
+own, the embedding staying dense. The tokenizer, chat template and generation config are
+copied. `--json` ends stdout with one JSON line (the summary).
 """
 
 from __future__ import annotations

@@ -506,9 +506,9 @@ cudaError_t launch_typed(const cudaLaunchConfig_t& base, void** a, const float* 
 // (outputs: N, or I for gate_up), K (a multiple of 128), G (groups a row), log2 of the chunks
 // of 128 a group (a power of two; 31 for one group a row), scale dtype (0 bfloat16, 1 float16,
 // 2 float32), zero offset, flags (1 norm, 2 bias, 4 zero points, 16 logits, 32 keys; PDL
-// from `pdl`), warps a CTA
-// (1..16, lowered to K / 128), pipeline depth (2 or 3; 2 beyond 8 warps: registers), CTAs an SM (0: as many as fit),
-// device. dtype 0 bfloat16, 1 float16. Returns a cudaError_t (0: launched).
+// from `pdl`), warps a CTA (1..16, lowered to K / 128; the head 1..8), pipeline depth (2 or
+// 3; 2 beyond 8 warps: registers), CTAs an SM (0: as many as fit), device. dtype 0 bfloat16,
+// 1 float16. Returns a cudaError_t (0: launched).
 extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const int* n,
                              const int64_t* st, void* stream) {
   (void)st;
