@@ -18,8 +18,9 @@ Every value is rounded to nearest (quantize.py); nothing is calibrated, and the 
 `meta` (GPTQ) says so. The head: `bf16` keeps it dense in the checkpoint's own dtype (and
 tied if it was); `int8` / `int4` / `fp8` quantize it (with the body's group size), which
 unties it (`tie_word_embeddings: false`, the embedding stays dense for the token lookup,
-`lm_head` is stored quantized), since a tied table cannot be both. Which combinations a layout can record is checked first: an fp8 body
-takes a bf16 or fp8 head, a GPTQ body a bf16, int8 or int4 head, AWQ a bf16 head.
+`lm_head` is stored quantized), since a tied table cannot be both. Which combinations a
+layout can record is checked first: an fp8 body takes a bf16 or fp8 head, a GPTQ body a
+bf16, int8 or int4 head, AWQ a bf16 head.
 
 The rest of the directory is copied (generation_config.json, tokenizer, chat template, ...);
 config.json is the source's, with `quantization_config` (and the head's tying) added, so
