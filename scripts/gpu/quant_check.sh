@@ -21,7 +21,8 @@
 #                                          on the INT4-head one (CUDA attention and kernels
 #                                          against the Triton ones, positions 1 and 4,096), then
 #                                          one `bench decode` run with bf16 (SUITE_8B: full, or
-#                                          a --positions list): about 12 minutes with full
+#                                          a --positions list; SKIP_STAGES=1 skips the stages):
+#                                          about 7 minutes with full, checkpoints written
 #   scripts/gpu/quant_check.sh launches    `evokernel tune` on random Qwen3-0.6B quantized in
 #                                          each of $LAUNCH_FORMATS (default: the headline
 #                                          three): each packed projection's launch measured,
