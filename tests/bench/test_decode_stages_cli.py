@@ -20,3 +20,11 @@ def test_a_cache_too_short_for_the_steps_is_refused(
 ) -> None:
     assert decode_stages.main(["--model", "unused", *args]) == 2
     assert "--cache must hold every position" in capsys.readouterr().err
+
+
+def test_the_int4_triton_variant_keeps_every_4_bit_op_off_the_cuda_kernel() -> None:
+    from evokernel.ops import quant
+
+    entries = decode_stages.VARIANTS["int4-triton"]["quant"]
+    assert {e[1] for e in entries} == set(quant.OPS)  # the head included
+    assert all(e[0] == "int4" and e[3] in quant.DEQ_CODES for e in entries)  # no "cuda"

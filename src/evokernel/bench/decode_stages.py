@@ -46,17 +46,20 @@ def _triton_short(overrides: dict[str, Any]) -> dict[str, Any]:
     return {**overrides, "cuda_direct": False}
 
 
-_INT4_TRITON = tuple(
-    ("int4", op, k, mode, warps, 0)
-    for op, ks in (("norm_linear", (1024, 2560, 4096)), ("gate_up", (1024, 2560, 4096)),
-                   ("linear_residual", (2048, 3072, 4096, 9728, 12288)))
-    for k in ks
-    for mode, warps in [
-        ("magic", 0) if op == "norm_linear" and k <= 1024
-        else ("interleave", 0) if op != "linear_residual" and k <= 2048
-        else ("interleave", 4)
-    ]
-)  # fmt: skip
+def _int4_triton() -> tuple[tuple[str, str, int, str, int, int], ...]:
+    """`DecodeTuning.quant` entries that run 4-bit weights on the Triton table
+    (`quant.triton_rule`) at Qwen3-0.6B's, -4B's and -8B's K, the head included."""
+    from evokernel.ops import quant
+
+    ks = {
+        "norm_linear": (1024, 2560, 4096),
+        "gate_up": (1024, 2560, 4096),
+        "linear_residual": (2048, 3072, 4096, 9728, 12288),
+        "head": (1024, 2560, 4096),
+    }
+    return tuple(
+        ("int4", op, k, *quant.triton_rule("int4", op, k), 0) for op, kk in ks.items() for k in kk
+    )
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -152,8 +155,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Batches below rows_min run the one-row CUDA-core kernels.
     "one-row": {"rows_min": 1 << 30},
     # 4-bit checkpoints on the Triton kernels (the table before the CUDA kernel of
-    # ops/quant_cuda.py), at Qwen3-0.6B's, -4B's and -8B's K.
-    "int4-triton": {"quant": _INT4_TRITON},
+    # ops/quant_cuda.py), at Qwen3-0.6B's, -4B's and -8B's K, the head included.
+    "int4-triton": {"quant": _int4_triton()},
     # The plain PyTorch ops (cuBLAS GEMMs, SDPA, eager norms): a yardstick, not the engine.
     "torch": {"ops": "torch"},
 }

@@ -156,12 +156,17 @@ def choice(w: PackedWeight, op: str, tuning: DecodeTuning = DEFAULT) -> Choice:
     return DEQUANT or mode, warps, 0
 
 
-def fallback(w: PackedWeight, op: str) -> tuple[str, int]:
-    """The Triton (mode, warps) a "cuda" choice runs where the CUDA kernel does not apply: the
-    first of `CHOICES`' non-"cuda" rules for the format and op that covers the weight's K."""
-    K = w.shape[1]
-    rules = CHOICES.get((w.format, op), ((None, "convert", 0),))
+def triton_rule(fmt: str, op: str, K: int) -> tuple[str, int]:
+    """The Triton table's (mode, warps) for a format, op and K: the first of `CHOICES`'
+    non-"cuda" rules that covers K."""
+    rules = CHOICES.get((fmt, op), ((None, "convert", 0),))
     return next((m, wp) for k, m, wp in rules if m != "cuda" and (k is None or k >= K))
+
+
+def fallback(w: PackedWeight, op: str) -> tuple[str, int]:
+    """The Triton (mode, warps) a "cuda" choice runs where the CUDA kernel does not apply
+    (`triton_rule` at the weight's format and K)."""
+    return triton_rule(w.format, op, w.shape[1])
 
 
 def modes(w: PackedWeight, op: str) -> tuple[str, ...]:
