@@ -157,7 +157,12 @@ def run_info(args: argparse.Namespace) -> int:
     ckpt = inspect_checkpoint(checked.existing_dir(args.model_dir, "DIR"))
     if not args.skip_values:
         check_files(ckpt)
-    s = ckpt.summary() | {"values_checked": not args.skip_values}
+    from evokernel.engine.quant_verify import quantization_label
+
+    s = ckpt.summary() | {
+        "values_checked": not args.skip_values,
+        "quantization": quantization_label(ckpt.cfg),
+    }
     dtypes = ", ".join(f"{k}: {v} tensors" for k, v in s["disk_dtypes"].items())
     eos = ", ".join(map(str, s["eos_token_ids"])) or "none"
     files = ", ".join(s["shards"]) + (f" (index {s['index']})" if s["index"] else "")
@@ -181,6 +186,8 @@ def run_info(args: argparse.Namespace) -> int:
         f"weights     {s['num_parameters'] / 1e6:.1f}M parameters, "
         f"{_size(s['weight_bytes'])} ({dtypes}); lm_head {s['lm_head']}"
     )
+    if s["quantization"]:
+        print(f"quantized   {s['quantization']}")
     print(f"files       {len(s['shards'])}: {files}, {s['file_bytes']} bytes in all")
     print(f"values      {'all finite' if s['values_checked'] else 'not read (--skip-values)'}")
     if s["ignored_tensors"]:

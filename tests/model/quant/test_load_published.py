@@ -123,3 +123,14 @@ def test_dense_of_a_packed_projection_is_its_dequantization(tiny_dir, tmp_path):
     _, w = load_model(tmp_path / "q", dtype=torch.float16)
     qkv = w.layers[1].qkv_proj
     assert torch.equal(dense(qkv, torch.float16), qkv.dequantize(torch.float32).half())
+
+
+def test_model_info_reads_the_values_of_an_fp8_checkpoint(tiny_dir, tmp_path, capsys):
+    """The value check reads float8 tensors (the CPU has no float8 sum: they are widened),
+    and names the quantization."""
+    from evokernel.cli import main
+
+    write_fp8(tiny_dir, tmp_path / "q", (32, 64))
+    assert main(["model", "info", str(tmp_path / "q")]) == 0
+    out = capsys.readouterr().out
+    assert "values      all finite" in out and "quantized   fp8 fp8-b32x64, head dense" in out
