@@ -59,6 +59,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 # Every dtype a tensor may be read or written as (packed quantized weights add these).
 STORAGE_DTYPES: dict[str, torch.dtype] = TORCH_DTYPES | {
+    "I64": torch.int64,
     "I32": torch.int32,
     "I16": torch.int16,
     "I8": torch.int8,

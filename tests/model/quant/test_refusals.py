@@ -34,7 +34,8 @@ def _one_line(err: BaseException) -> str:
     "config,words",
     [
         ({"quant_method": "bitsandbytes"}, ["quant_method", '"bitsandbytes"']),
-        ({"quant_method": "compressed-tensors"}, ["quant_method", '"compressed-tensors"']),
+        ({"quant_method": "compressed-tensors"}, ["config_groups", "non-empty"]),
+        ({"quant_method": "torchao"}, ["quant_method", '"torchao"', "compressed-tensors"]),
         ({"quant_method": "gptq", "bits": 3}, ["bits", "3", "(4, 8)"]),
         ({"quant_method": "gptq", "bits": 4, "group_size": 100}, ["group_size", "100"]),
         (

@@ -14,12 +14,24 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
                        sym or desc_act for them), `modules_in_block_to_quantize`
   quant_method "awq"   AutoAWQ's GEMM layout: `bits` / `w_bit` 4, `group_size` / `q_group_size`,
                        `zero_point: true`, `version` / `format` "gemm", `modules_to_not_convert`
+  quant_method "compressed-tensors"   llm-compressor's checkpoints (the compressed-tensors
+                       library): `format` "pack-quantized" (int4 / int8 weights, strategy
+                       "group" or "channel", symmetric or with zero points, `actorder` "group"
+                       with a `weight_g_idx`; no activation quantization: W4A16, W8A16) or
+                       "float-quantized" / "naive-quantized" (FP8 e4m3 weights, strategy
+                       "channel", "tensor" or "block"; activations none or dynamic, which the
+                       engine leaves in the model dtype as it does Qwen's dynamic FP8), per
+                       `config_groups` entry
+                       (`targets` "Linear", module names or "re:" patterns, the last group
+                       naming a module winning as the library applies them), `ignore`
+                       (names or "re:" patterns), `quantization_status` "compressed"
 
 `QuantConfig.spec(module)` says how one linear module (an HF prefix such as
 `model.layers.3.self_attn.q_proj` or `lm_head`) is stored: a `ModuleSpec`, or None for a dense
 module. Anything these formats can say that the kernels do not run is a `CheckpointError` of
 one line naming the field and its value (2- and 3-bit GPTQ, AWQ GEMV or zero_point false, FP8
-e5m2 or static activation scales, compressed-tensors, bitsandbytes, ...).
+e5m2 or static activation scales, compressed-tensors' int-quantized, NVFP4 or sparse formats,
+bitsandbytes, ...).
 
 `raw` keeps the dict as read, so that `ModelConfig.to_hf_dict` writes it back unchanged.
 """
@@ -33,7 +45,12 @@ from typing import Any
 
 from evokernel.errors import CheckpointError
 
-METHODS = ("fp8", "gptq", "awq")
+METHODS = ("fp8", "gptq", "awq", "compressed-tensors")
+CT = "compressed-tensors"
+# pack-quantized: int weights packed into int32; float-quantized (FP8 weights, FP8
+# activations) and naive-quantized (FP8 weights alone, as the library names it): FP8 as is
+CT_FORMATS = ("pack-quantized", "float-quantized", "naive-quantized")
+CT_WHOLE = 0  # a compressed-tensors FP8 scale block dimension spanning the whole weight
 GPTQ_FORMATS = ("gptq", "gptq_v2")
 FP8_FORMATS = ("e4m3",)
 HEAD = "lm_head"
@@ -46,7 +63,11 @@ class ModuleSpec:
     method "fp8": float8_e4m3fn weight + float scales per (block_n x block_k) block.
     method "gptq"/"awq": `bits`-bit integers with a scale and zero point per group of
     `group_size` input columns (-1: the whole row); `sym` GPTQ zeros are 2**(bits-1);
-    `desc_act` GPTQ stores a `g_idx` that may be any grouping of the columns."""
+    `desc_act` GPTQ stores a `g_idx` that may be any grouping of the columns.
+    method "ct-int" (compressed-tensors pack-quantized): as GPTQ's, packed along the rows;
+    `desc_act`: a `weight_g_idx` (actorder "group").
+    method "ct-fp8" (compressed-tensors float-quantized): as "fp8", a `block` dimension of
+    CT_WHOLE spanning the weight (strategy "channel": (1, CT_WHOLE); "tensor": both)."""
 
     method: str
     bits: int
@@ -61,6 +82,9 @@ class ModuleSpec:
         """Short name for tables: `fp8-b128x128`, `int4-g128`, `int8-g-1-asym`."""
         if self.method == "fp8":
             return f"fp8-b{self.block[0]}x{self.block[1]}"
+        if self.method == "ct-fp8":
+            named = {(1, CT_WHOLE): "channel", (CT_WHOLE, CT_WHOLE): "tensor"}
+            return f"fp8-{named.get(self.block, f'b{self.block[0]}x{self.block[1]}')}"
         text = f"int{self.bits}-g{self.group_size}"
         if not self.sym:
             text += "-asym"
@@ -80,10 +104,21 @@ class QuantConfig:
     head: bool = False
     dynamic: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # gptq rules, in order
     in_block: tuple[str, ...] | None = None  # gptq modules_in_block_to_quantize, flattened
+    # compressed-tensors: (targets, spec) per config group, in order, and `ignore`
+    groups: tuple[tuple[tuple[str, ...], ModuleSpec], ...] = ()
+    ignore: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def spec(self, module: str) -> ModuleSpec | None:
         """The storage of linear module `module` (HF prefix), None when it is dense."""
+        if self.method == CT:
+            if any(_ct_match(module, name) for name in self.ignore):
+                return None
+            found = None
+            for targets, spec in self.groups:  # the library applies them in order
+                if any(_ct_match(module, t) for t in targets):
+                    found = spec
+            return found
         if self.method in ("fp8", "awq"):
             if module == HEAD and not self.head:
                 return None
@@ -125,6 +160,8 @@ def parse_quantization(d: Any, source: str) -> QuantConfig:
         return _parse_fp8(d, where)
     if method == "gptq":
         return _parse_gptq(d, where)
+    if method == CT:
+        return _parse_ct(d, where)
     return _parse_awq(d, where)
 
 
@@ -232,6 +269,144 @@ def _parse_awq(d: dict[str, Any], where: str) -> QuantConfig:
     spec = _int_spec("awq", 4, group, False, False, 0, where)
     skip = _names(d.get("modules_to_not_convert"), f"{where}.modules_to_not_convert")
     return QuantConfig("awq", spec, modules_to_not_convert=skip, raw=dict(d))
+
+
+def _parse_ct(d: dict[str, Any], where: str) -> QuantConfig:
+    """compressed-tensors' `QuantizationConfig` as llm-compressor saves it."""
+    status = d.get("quantization_status", "compressed")
+    if status != "compressed":
+        raise CheckpointError(
+            f"{where}.quantization_status {_show(status)} is not supported (compressed: the "
+            "weights stored packed)"
+        )
+    for name in ("sparsity_config", "transform_config", "kv_cache_scheme", "moe_sparsity_config"):
+        if d.get(name):
+            raise CheckpointError(f"{where}.{name} is not supported (none: {_show(d[name])})")
+    groups_raw = d.get("config_groups")
+    if not isinstance(groups_raw, dict) or not groups_raw:
+        raise CheckpointError(f"{where}.config_groups must be a non-empty object")
+    default_format = d.get("format")
+    groups: list[tuple[tuple[str, ...], ModuleSpec]] = []
+    for gname, group in groups_raw.items():
+        at = f"{where}.config_groups.{gname}"
+        if not isinstance(group, dict):
+            raise CheckpointError(f"{at} must be an object, got {_show(group)}")
+        fmt = group.get("format") or default_format
+        if fmt not in CT_FORMATS:
+            raise CheckpointError(
+                f"{at}.format {_show(fmt)} is not supported ({', '.join(CT_FORMATS)})"
+            )
+        targets = _names(group.get("targets"), f"{at}.targets")
+        if not targets:
+            raise CheckpointError(f"{at}.targets must name at least one module")
+        for t in targets:
+            if not (t == "Linear" or t.startswith("re:") or "." in t or t == HEAD):
+                raise CheckpointError(
+                    f"{at}.targets {_show(t)} is not supported (Linear, module names or "
+                    "re:<pattern>)"
+                )
+            if t.startswith("re:"):
+                _ct_pattern(t, f"{at}.targets")
+        if group.get("output_activations") is not None:
+            raise CheckpointError(f"{at}.output_activations is not supported (null)")
+        groups.append((targets, _ct_spec(group, fmt, at)))
+    ignore = _names(d.get("ignore"), f"{where}.ignore")
+    for name in ignore:
+        if name.startswith("re:"):
+            _ct_pattern(name, f"{where}.ignore")
+    spec = groups[0][1]
+    return QuantConfig(CT, spec, groups=tuple(groups), ignore=ignore, raw=dict(d))
+
+
+def _ct_spec(group: dict[str, Any], fmt: str, at: str) -> ModuleSpec:
+    w = group.get("weights")
+    if not isinstance(w, dict):
+        raise CheckpointError(f"{at}.weights must be an object, got {_show(w)}")
+    bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
+    if w.get("dynamic", False) is not False:
+        raise CheckpointError(f"{at}.weights.dynamic {_show(w.get('dynamic'))} is not supported")
+    acts = group.get("input_activations")
+    if fmt == "pack-quantized":
+        if acts is not None:
+            raise CheckpointError(
+                f"{at}.input_activations is not supported with pack-quantized (null: the "
+                "weights alone are quantized)"
+            )
+        if kind != "int":
+            raise CheckpointError(f"{at}.weights.type {_show(kind)} is not supported (int)")
+        if strategy not in ("group", "channel"):
+            raise CheckpointError(
+                f"{at}.weights.strategy {_show(strategy)} is not supported (group, channel)"
+            )
+        group_size = w.get("group_size") if strategy == "group" else -1
+        actorder = w.get("actorder")
+        if actorder not in (None, False, "group", "weight", "static"):
+            raise CheckpointError(
+                f"{at}.weights.actorder {_show(actorder)} is not supported (group, weight)"
+            )
+        sym = w.get("symmetric", True)
+        if bits not in (4, 8) or isinstance(bits, bool):
+            raise CheckpointError(f"{at}.weights.num_bits {_show(bits)} is not supported (4, 8)")
+        if not isinstance(sym, bool):
+            raise CheckpointError(f"{at}.weights.symmetric must be true or false, got {_show(sym)}")
+        per_word = 32 // bits
+        ok = isinstance(group_size, int) and group_size > 0 and group_size % per_word == 0
+        if strategy == "group" and (isinstance(group_size, bool) or not ok):
+            raise CheckpointError(
+                f"{at}.weights.group_size {_show(group_size)} is not supported (a positive "
+                f"multiple of {per_word} for {bits} bits)"
+            )
+        return _int_spec("ct-int", bits, group_size, sym, actorder == "group", 0, at)
+    if acts is not None and (not isinstance(acts, dict) or acts.get("dynamic") is not True):
+        value = acts.get("dynamic") if isinstance(acts, dict) else acts
+        raise CheckpointError(
+            f"{at}.input_activations.dynamic {_show(value)} is not supported (true, or no "
+            "activation quantization: static activation scales are not read)"
+        )
+    if kind != "float" or bits != 8:
+        raise CheckpointError(
+            f"{at}.weights type {_show(kind)} num_bits {_show(bits)} is not supported with "
+            f"{fmt} (float 8: e4m3)"
+        )
+    if strategy == "channel":
+        block = (1, CT_WHOLE)
+    elif strategy == "tensor":
+        block = (CT_WHOLE, CT_WHOLE)
+    elif strategy == "block":
+        bs = w.get("block_structure")
+        if not (isinstance(bs, list) and len(bs) == 2 and all(_is_int(b) and b > 0 for b in bs)):
+            raise CheckpointError(f"{at}.weights.block_structure {_show(bs)} is not supported")
+        if not (_pow2(bs[1]) and 16 <= bs[1] <= 1024):
+            raise CheckpointError(
+                f"{at}.weights.block_structure {_show(bs)} is not supported (columns a power "
+                "of two in 16..1024)"
+            )
+        block = (int(bs[0]), int(bs[1]))
+    else:
+        raise CheckpointError(
+            f"{at}.weights.strategy {_show(strategy)} is not supported for FP8 (channel, "
+            "tensor, block)"
+        )
+    if w.get("symmetric", True) is not True:
+        raise CheckpointError(f"{at}.weights.symmetric false is not supported for FP8")
+    return ModuleSpec("ct-fp8", 8, block=block)
+
+
+def _ct_match(module: str, target: str) -> bool:
+    """compressed-tensors' matching of a linear module: "Linear" (every projection), a
+    "re:" pattern matched from the start of the name, or the name itself."""
+    if target == "Linear":
+        return True
+    if target.startswith("re:"):
+        return re.match(target[3:], module) is not None
+    return module == target
+
+
+def _ct_pattern(name: str, where: str) -> None:
+    try:
+        re.compile(name[3:])
+    except re.error as err:
+        raise CheckpointError(f"{where}: bad pattern {name!r} ({err})") from None
 
 
 def _int_spec(

@@ -11,6 +11,13 @@ Unpacking (bit positions as the writers pack them, layout.py):
   GPTQ  qweight [K/p, N]: column k of row n is bits [(k % p)*b, ...) of word [k // p, n];
         qzeros [G, N/p]: the zero of (group g, row n) is bits [(n % p)*b, ...) of [g, n // p]
   AWQ   qweight [K, N/8]: nibble i of word [k, c] is row 8c + (0, 2, 4, 6, 1, 3, 5, 7)[i]
+  compressed-tensors pack-quantized: weight_packed [N, K/p]: column k of row n is bits
+        [(k % p)*b, ...) of word [n, k // p]; weight_zero_point [N/p, G]: the zero of (row n,
+        group g) is bits [(n % p)*b, ...) of [n // p, g]; both hold value + 2**(b-1)
+
+compressed-tensors FP8 scales per channel or per tensor become block scales of the FP8 kernels
+(`CT_FP8_BLOCK` columns, one row or `CT_FP8_BLOCK` rows a block), each block's scale the
+module's or its row's: the same products, a few more scale bytes.
 """
 
 from __future__ import annotations
@@ -18,16 +25,18 @@ from __future__ import annotations
 import torch
 
 from evokernel.errors import CheckpointError
-from evokernel.model.quant.config import ModuleSpec
+from evokernel.model.quant.config import CT_WHOLE, ModuleSpec
 from evokernel.model.quant.packed import (
     FP8_DTYPE,
     INT_CLASSES,
     Fp8Weight,
     IntWeight,
+    cdiv,
     pack_values,
 )
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column AWQ_ORDER[i]
+CT_FP8_BLOCK = 128
 
 
 def fp8_module(
@@ -39,6 +48,55 @@ def fp8_module(
         raise CheckpointError(f"tensor '{prefix}.weight' holds NaN (float8 e4m3 0x7f/0xff)")
     bn, bk = spec.block
     return Fp8Weight(weight.contiguous(), scale_inv.float().contiguous(), bn, bk)
+
+
+def ct_fp8_module(
+    prefix: str, weight: torch.Tensor, scale: torch.Tensor, spec: ModuleSpec
+) -> Fp8Weight:
+    """compressed-tensors float-quantized: w = weight * scale, the scale per row (channel),
+    per module (tensor) or per block."""
+    N, K = weight.shape
+    b = CT_FP8_BLOCK
+    if spec.block == (1, CT_WHOLE):
+        grid = scale.float().reshape(N, 1).expand(N, cdiv(K, b))
+        block = (1, b)
+    elif spec.block == (CT_WHOLE, CT_WHOLE):
+        grid = scale.float().reshape(1, 1).expand(cdiv(N, b), cdiv(K, b))
+        block = (b, b)
+    else:
+        grid, block = scale.float(), spec.block
+    return fp8_module(prefix, weight, grid.contiguous(), ModuleSpec("fp8", 8, block=block))
+
+
+def ct_int_module(
+    prefix: str,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None,
+    shape: torch.Tensor,
+    g_idx: torch.Tensor | None,
+    spec: ModuleSpec,
+    rows: int,
+    cols: int,
+) -> IntWeight:
+    """compressed-tensors pack-quantized: w = (q - zero) * scale, q and zero stored plus
+    2**(bits-1) (symmetric: no zero point, i.e. 2**(bits-1))."""
+    stored = [int(v) for v in shape.tolist()]
+    if stored != [rows, cols]:
+        raise CheckpointError(
+            f"tensor '{prefix}.weight_shape' holds {stored}; config.json implies [{rows}, {cols}]"
+        )
+    bits, K = spec.bits, cols
+    gs = K if spec.group_size == -1 else spec.group_size
+    q = unpack_along(packed, bits, 1)  # [N, K]
+    if zero_point is None:
+        zeros = torch.full(scale.shape, 1 << (bits - 1), dtype=torch.int32, device=q.device)
+    else:
+        zeros = unpack_along(zero_point, bits, 0).contiguous()  # [N, G]
+    perm = _act_order(prefix, g_idx, gs, K, scale.shape[1]) if g_idx is not None else None
+    if perm is not None:
+        q = q[:, perm.long()]
+    return _int_weight(q, scale.contiguous(), zeros, perm, spec, K, gs)
 
 
 def unpack_along(words: torch.Tensor, bits: int, dim: int) -> torch.Tensor:

@@ -13,9 +13,20 @@ A linear module with HF prefix P ([N, K] = [out_features, in_features]) is store
                                               0, 2, 4, 6, 1, 3, 5, 7
         P.qzeros            I32  [K / gs, N / 8]  (same packing)
         P.scales            F16 | BF16 | F32 [K / gs, N]
+  ct-int  (compressed-tensors pack-quantized)
+        P.weight_packed     I32  [N, K / p]   p values per int32 along K, value + 2**(bits-1)
+        P.weight_scale      F16 | BF16 | F32 [N, G]   (strategy channel: G = 1)
+        P.weight_zero_point I32  [N / p, G]   asymmetric only; packed along N, zero + 2**(b-1)
+        P.weight_shape      I64 | I32 [2]     [N, K]
+        P.weight_g_idx      I32  [K]          actorder "group" only
+  ct-fp8  (compressed-tensors float-quantized)
+        P.weight            F8_E4M3          [N, K]
+        P.weight_scale      F32 | BF16 | F16 [N, 1] channel, [1] tensor, [ceil(N / bn),
+                                              ceil(K / bk)] block
 
 (AutoGPTQ `QuantLinear.pack`, AutoAWQ `WQLinear_GEMM.from_linear`, transformers'
-`FineGrainedFP8` integration.) Every other tensor is as in a dense checkpoint
+`FineGrainedFP8` integration, compressed-tensors' `PackedQuantizationCompressor` and
+`pack_to_int32`, `FloatQuantizationCompressor`.) Every other tensor is as in a dense checkpoint
 (`weights.hf_shapes`). A module whose shape a layout cannot hold (GPTQ needs K and N
 multiples of p; AWQ needs K a multiple of the group and N of 8) is refused in one line.
 
@@ -29,7 +40,7 @@ from dataclasses import dataclass
 
 from evokernel.errors import CheckpointError
 from evokernel.model.config import ModelConfig
-from evokernel.model.quant.config import HEAD, ModuleSpec, QuantConfig
+from evokernel.model.quant.config import CT_WHOLE, HEAD, ModuleSpec, QuantConfig
 from evokernel.model.quant.packed import cdiv
 from evokernel.model.weights import hf_shapes
 
@@ -128,9 +139,33 @@ def module_tensors(
             f"{P}.weight": ((N, K), ("F8_E4M3",)),
             f"{P}.weight_scale_inv": ((cdiv(N, bn), cdiv(K, bk)), SCALE_DTYPES),
         }
+    if spec.method == "ct-fp8":
+        bn, bk = spec.block
+        scale = (1,) if spec.block == (CT_WHOLE, CT_WHOLE) else (cdiv(N, bn or N), cdiv(K, bk or K))
+        return {
+            f"{P}.weight": ((N, K), ("F8_E4M3",)),
+            f"{P}.weight_scale": (scale, SCALE_DTYPES),
+        }
     per = 32 // spec.bits
     gs = K if spec.group_size == -1 else spec.group_size
     what = f"{P} [{N}, {K}] cannot be stored as {spec.method} {spec.label}"
+    if spec.method == "ct-int":
+        if K % per or (not spec.sym and N % per):
+            raise CheckpointError(
+                f"config.json: {what} (packed {per} values per int32: in_features, and "
+                f"with zero points out_features, must be multiples of {per})"
+            )
+        G = cdiv(K, gs)
+        ct: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+            f"{P}.weight_packed": ((N, K // per), INT_DTYPES),
+            f"{P}.weight_scale": ((N, G), SCALE_DTYPES),
+            f"{P}.weight_shape": ((2,), ("I64", "I32")),
+        }
+        if not spec.sym:
+            ct[f"{P}.weight_zero_point"] = ((N // per, G), INT_DTYPES)
+        if spec.desc_act:
+            ct[f"{P}.weight_g_idx"] = ((K,), INT_DTYPES)
+        return ct
     if spec.method == "gptq":
         if K % per or N % per:
             raise CheckpointError(

@@ -20,7 +20,13 @@ import torch
 from evokernel.errors import CheckpointError
 from evokernel.model.checkpoint import Checkpoint
 from evokernel.model.finite import FiniteCheck
-from evokernel.model.quant.convert import awq_module, fp8_module, gptq_module
+from evokernel.model.quant.convert import (
+    awq_module,
+    ct_fp8_module,
+    ct_int_module,
+    fp8_module,
+    gptq_module,
+)
 from evokernel.model.quant.layout import PROJECTION_PARTS, Module, head_module, layer_modules
 from evokernel.model.quant.packed import concat
 from evokernel.model.safetensors_io import TensorMap
@@ -120,7 +126,9 @@ def _projection(reader: _Reader, modules: list[Module], dtype: torch.dtype) -> W
     else:
         shared = all(p is not None and torch.equal(p, first) for p in perms)
     if not shared:
-        names = ", ".join(f"{m.prefix}.g_idx" for m in modules)
+        spec = modules[0].spec
+        suffix = "weight_g_idx" if spec is not None and spec.method == "ct-int" else "g_idx"
+        names = ", ".join(f"{m.prefix}.{suffix}" for m in modules)
         raise CheckpointError(
             f"tensors {names} order their columns differently; modules packed into one "
             "projection must share their act-order"
@@ -134,6 +142,22 @@ def _module(reader: _Reader, m: Module) -> PackedWeight:
     if spec.method == "fp8":
         return fp8_module(
             P, reader.raw(f"{P}.weight"), reader.scales(f"{P}.weight_scale_inv"), spec
+        )
+    if spec.method == "ct-fp8":
+        return ct_fp8_module(P, reader.raw(f"{P}.weight"), reader.scales(f"{P}.weight_scale"), spec)
+    if spec.method == "ct-int":
+        zero = reader.raw(f"{P}.weight_zero_point") if not spec.sym else None
+        g_idx = reader.raw(f"{P}.weight_g_idx") if spec.desc_act else None
+        return ct_int_module(
+            P,
+            reader.raw(f"{P}.weight_packed"),
+            reader.scales(f"{P}.weight_scale"),
+            zero,
+            reader.raw(f"{P}.weight_shape"),
+            g_idx,
+            spec,
+            m.rows,
+            m.cols,
         )
     qweight, qzeros = reader.raw(f"{P}.qweight"), reader.raw(f"{P}.qzeros")
     scales = reader.scales(f"{P}.scales")

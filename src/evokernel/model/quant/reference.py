@@ -6,8 +6,9 @@ the loader's repacking (convert.py, packed.py).
                                                  # weights, in a temporary directory
 
 Each module is dequantized in its published orientation, indexing scales and zero points by
-`g_idx` column by column (GPTQ), by the AWQ nibble order (AWQ), or by repeating block scales
-(FP8), as the publishers' own torch fallbacks do; the result is written as `P.weight`
+`g_idx` column by column (GPTQ), by the AWQ nibble order (AWQ), by each value's bit position
+in its row (compressed-tensors), or by repeating block scales (FP8), as the publishers' own
+torch fallbacks do; the result is written as `P.weight`
 float32 [N, K], with every other tensor copied, and config.json without its
 `quantization_config` (tying as the quantized config says). transformers then runs the model
 as it would any dense checkpoint.
@@ -76,6 +77,45 @@ def fp8_dense(
     return weight.float() * scale_inv.float()[rows][:, cols]
 
 
+def ct_int_dense(
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None,
+    g_idx: torch.Tensor | None,
+    bits: int,
+    group_size: int,
+) -> torch.Tensor:
+    """[N, K] float32 from compressed-tensors' weight_packed [N, ceil(K * bits / 32)] (value i
+    of a row at bit i * bits of the row's bit string, plus 2**(bits-1)), weight_scale [N, G]
+    and weight_zero_point [ceil(N * bits / 32), G] (the same packing down each column)."""
+
+    def values(words: torch.Tensor, count: int) -> torch.Tensor:  # [R, W] -> [R, count]
+        start = torch.arange(count, device=words.device) * bits
+        word = words.to(torch.int64)[:, start // 32] & 0xFFFFFFFF
+        return ((word >> (start % 32)) & ((1 << bits) - 1)) - (1 << (bits - 1))
+
+    N = scale.shape[0]
+    K = packed.shape[1] * 32 // bits
+    q = values(packed, K)  # signed
+    z = values(zero_point.t(), N).t() if zero_point is not None else torch.zeros_like(scale)
+    group = (
+        g_idx.long()
+        if g_idx is not None
+        else torch.arange(K, device=q.device) // (K if group_size == -1 else group_size)
+    )
+    return ((q - z.long()[:, group]).double() * scale.double()[:, group]).float()
+
+
+def ct_fp8_dense(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """[N, K] float32 from compressed-tensors' FP8 weight and its scale per row ([N, 1]), per
+    module ([1]) or per block ([ceil(N / bn), ceil(K / bk)]), broadcast."""
+    N, K = weight.shape
+    s = scale.float().reshape(1, 1) if scale.dim() == 1 else scale.float()
+    if block[0] and block[1]:
+        s = s.repeat_interleave(block[0], 0)[:N].repeat_interleave(block[1], 1)[:, :K]
+    return weight.float() * s
+
+
 @contextlib.contextmanager
 def dense_copy(model_dir: str | Path) -> Iterator[Path]:
     """A temporary float32 dense checkpoint of the quantized one in `model_dir`."""
@@ -115,6 +155,15 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
         assert s is not None
         if s.method == "fp8":
             return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
+        if s.method == "ct-fp8":
+            return ct_fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale"), s.block)
+        if s.method == "ct-int":
+            zp = read(f"{prefix}.weight_zero_point") if not s.sym else None
+            g = read(f"{prefix}.weight_g_idx") if s.desc_act else None
+            return ct_int_dense(
+                read(f"{prefix}.weight_packed"), read(f"{prefix}.weight_scale"), zp, g, s.bits,
+                s.group_size,
+            )  # fmt: skip
         qw, qz, sc = (read(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
         if s.method == "awq":
             return awq_dense(qw, qz, sc, m.cols if s.group_size == -1 else s.group_size)
