@@ -39,6 +39,7 @@ PARTS = {
 INT = {"type": "int", "symmetric": True}
 FP8 = {"num_bits": 8, "type": "float", "symmetric": True}
 TOKEN_FP8 = {**FP8, "strategy": "token", "dynamic": True}
+TOKEN_INT8 = {**INT, "num_bits": 8, "strategy": "token", "dynamic": True}
 SCHEMES = {  # name -> write_compressed's keywords
     "w4a16-g32": {"weights": {**INT, "num_bits": 4, "strategy": "group", "group_size": 32}},
     "w4a16-g32-asym": {
@@ -47,6 +48,20 @@ SCHEMES = {  # name -> write_compressed's keywords
     "w8a16-channel": {"weights": {**INT, "num_bits": 8, "strategy": "channel"}},
     "w8a16-g64-asym": {
         "weights": {**INT, "num_bits": 8, "strategy": "group", "group_size": 64, "symmetric": False}
+    },
+    "w8a8-channel": {  # int-quantized: int8 weights as int8, activations dynamic
+        "weights": {**INT, "num_bits": 8, "strategy": "channel"},
+        "activations": TOKEN_INT8,
+    },
+    "w8a8-g32-asym": {
+        "weights": {
+            **INT,
+            "num_bits": 8,
+            "strategy": "group",
+            "group_size": 32,
+            "symmetric": False,
+        },
+        "activations": TOKEN_INT8,
     },
     "fp8-channel-dynamic": {"weights": {**FP8, "strategy": "channel"}, "activations": TOKEN_FP8},
     "fp8-tensor": {"weights": {**FP8, "strategy": "tensor"}},
@@ -65,7 +80,8 @@ def written(src, tmp_path_factory) -> dict[str, tuple[Path, dict[str, torch.Tens
     out = {}
     for name, kw in SCHEMES.items():
         dst = tmp_path_factory.mktemp(name)
-        fmt = "pack-quantized" if kw["weights"]["type"] == "int" else None  # FP8: inferred
+        # the library's own choice but for int weights alone (pack-quantized either way)
+        fmt = "pack-quantized" if name.startswith("w") and "a16" in name else None
         out[name] = (dst, write_compressed(src, dst, fmt=fmt, **kw))
     return out
 
@@ -88,7 +104,7 @@ def test_a_compressed_tensors_checkpoint_loads_as_the_library_dequantizes(writte
 
 
 @pytest.mark.parametrize(
-    "name", ["w4a16-g32-asym", "w8a16-channel", "fp8-channel-dynamic", "fp8-block"]
+    "name", ["w4a16-g32-asym", "w8a16-channel", "w8a8-g32-asym", "fp8-channel-dynamic", "fp8-block"]
 )
 def test_the_verify_reference_dequantizes_as_the_library(written, tmp_path, name):
     """model/quant/reference.py reads the published tensors by its own path (no code shared
@@ -102,7 +118,7 @@ def test_the_verify_reference_dequantizes_as_the_library(written, tmp_path, name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton kernels under the interpreter")
-@pytest.mark.parametrize("name", ["w4a16-g32-asym", "w8a16-channel", "fp8-channel-dynamic"])
+@pytest.mark.parametrize("name", ["w4a16-g32-asym", "w8a8-channel", "fp8-channel-dynamic"])
 def test_a_compressed_tensors_checkpoint_verifies_and_generates(written, name):
     path, _ = written[name]
     devices.prepare("cpu")
@@ -139,8 +155,8 @@ def _group(q):
 REFUSED = {
     "status": (lambda q: q.update(quantization_status="frozen"),
                'quantization_status "frozen" is not supported'),
-    "int-quantized": (lambda q: _group(q).update(format="int-quantized"),
-                      'format "int-quantized" is not supported'),
+    "nvfp4": (lambda q: _group(q).update(format="nvfp4-pack-quantized"),
+              'format "nvfp4-pack-quantized" is not supported'),
     "kv-cache": (lambda q: q.update(kv_cache_scheme={"num_bits": 8}),
                  "kv_cache_scheme is not supported"),
     "static-acts": (lambda q: _group(q).update(input_activations={**TOKEN_FP8, "dynamic": False}),

@@ -17,7 +17,9 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
   quant_method "compressed-tensors"   llm-compressor's checkpoints (the compressed-tensors
                        library): `format` "pack-quantized" (int4 / int8 weights, strategy
                        "group" or "channel", symmetric or with zero points, `actorder` "group"
-                       with a `weight_g_idx`; no activation quantization: W4A16, W8A16) or
+                       with a `weight_g_idx`; no activation quantization: W4A16, W8A16),
+                       "int-quantized" (int8 weights as int8, activations none or dynamic:
+                       W8A8, the activations left in the model dtype) or
                        "float-quantized" / "naive-quantized" (FP8 e4m3 weights, strategy
                        "channel", "tensor" or "block"; activations none or dynamic, which the
                        engine leaves in the model dtype as it does Qwen's dynamic FP8), per
@@ -30,7 +32,7 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
 `model.layers.3.self_attn.q_proj` or `lm_head`) is stored: a `ModuleSpec`, or None for a dense
 module. Anything these formats can say that the kernels do not run is a `CheckpointError` of
 one line naming the field and its value (2- and 3-bit GPTQ, AWQ GEMV or zero_point false, FP8
-e5m2 or static activation scales, compressed-tensors' int-quantized, NVFP4 or sparse formats,
+e5m2 or static activation scales, compressed-tensors' NVFP4, MXFP4 or sparse formats,
 bitsandbytes, ...).
 
 `raw` keeps the dict as read, so that `ModelConfig.to_hf_dict` writes it back unchanged.
@@ -49,7 +51,9 @@ METHODS = ("fp8", "gptq", "awq", "compressed-tensors")
 CT = "compressed-tensors"
 # pack-quantized: int weights packed into int32; float-quantized (FP8 weights, FP8
 # activations) and naive-quantized (FP8 weights alone, as the library names it): FP8 as is
-CT_FORMATS = ("pack-quantized", "float-quantized", "naive-quantized")
+# int-quantized: int8 weights as int8 (W8A8: activations dynamic, which the engine leaves in
+# the model dtype)
+CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized")
 CT_WHOLE = 0  # a compressed-tensors FP8 scale block dimension spanning the whole weight
 GPTQ_FORMATS = ("gptq", "gptq_v2")
 FP8_FORMATS = ("e4m3",)
@@ -65,7 +69,7 @@ class ModuleSpec:
     `group_size` input columns (-1: the whole row); `sym` GPTQ zeros are 2**(bits-1);
     `desc_act` GPTQ stores a `g_idx` that may be any grouping of the columns.
     method "ct-int" (compressed-tensors pack-quantized): as GPTQ's, packed along the rows;
-    `desc_act`: a `weight_g_idx` (actorder "group").
+    `desc_act`: a `weight_g_idx` (actorder "group"). "ct-int8" (int-quantized): int8 as is.
     method "ct-fp8" (compressed-tensors float-quantized): as "fp8", a `block` dimension of
     CT_WHOLE spanning the weight (strategy "channel": (1, CT_WHOLE); "tensor": both)."""
 
@@ -326,11 +330,16 @@ def _ct_spec(group: dict[str, Any], fmt: str, at: str) -> ModuleSpec:
     if w.get("dynamic", False) is not False:
         raise CheckpointError(f"{at}.weights.dynamic {_show(w.get('dynamic'))} is not supported")
     acts = group.get("input_activations")
-    if fmt == "pack-quantized":
-        if acts is not None:
+    if fmt in ("pack-quantized", "int-quantized"):
+        if fmt == "pack-quantized" and acts is not None:
             raise CheckpointError(
                 f"{at}.input_activations is not supported with pack-quantized (null: the "
                 "weights alone are quantized)"
+            )
+        _ct_dynamic(acts, at)
+        if fmt == "int-quantized" and bits != 8:
+            raise CheckpointError(
+                f"{at}.weights.num_bits {_show(bits)} is not supported with int-quantized (8)"
             )
         if kind != "int":
             raise CheckpointError(f"{at}.weights.type {_show(kind)} is not supported (int)")
@@ -356,13 +365,9 @@ def _ct_spec(group: dict[str, Any], fmt: str, at: str) -> ModuleSpec:
                 f"{at}.weights.group_size {_show(group_size)} is not supported (a positive "
                 f"multiple of {per_word} for {bits} bits)"
             )
-        return _int_spec("ct-int", bits, group_size, sym, actorder == "group", 0, at)
-    if acts is not None and (not isinstance(acts, dict) or acts.get("dynamic") is not True):
-        value = acts.get("dynamic") if isinstance(acts, dict) else acts
-        raise CheckpointError(
-            f"{at}.input_activations.dynamic {_show(value)} is not supported (true, or no "
-            "activation quantization: static activation scales are not read)"
-        )
+        method = "ct-int" if fmt == "pack-quantized" else "ct-int8"
+        return _int_spec(method, bits, group_size, sym, actorder == "group", 0, at)
+    _ct_dynamic(acts, at)
     if kind != "float" or bits != 8:
         raise CheckpointError(
             f"{at}.weights type {_show(kind)} num_bits {_show(bits)} is not supported with "
@@ -390,6 +395,17 @@ def _ct_spec(group: dict[str, Any], fmt: str, at: str) -> ModuleSpec:
     if w.get("symmetric", True) is not True:
         raise CheckpointError(f"{at}.weights.symmetric false is not supported for FP8")
     return ModuleSpec("ct-fp8", 8, block=block)
+
+
+def _ct_dynamic(acts: Any, at: str) -> None:
+    """Activation quantization is read only where it is dynamic (the engine then runs the
+    activations in the model dtype, as the weight-only formats)."""
+    if acts is not None and (not isinstance(acts, dict) or acts.get("dynamic") is not True):
+        value = acts.get("dynamic") if isinstance(acts, dict) else acts
+        raise CheckpointError(
+            f"{at}.input_activations.dynamic {_show(value)} is not supported (true, or no "
+            "activation quantization: static activation scales are not read)"
+        )
 
 
 def _ct_match(module: str, target: str) -> bool:

@@ -99,6 +99,24 @@ def ct_int_module(
     return _int_weight(q, scale.contiguous(), zeros, perm, spec, K, gs)
 
 
+def ct_int8_module(
+    prefix: str,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None,
+    spec: ModuleSpec,
+    cols: int,
+) -> IntWeight:
+    """compressed-tensors int-quantized: w = (weight - zero) * scale, int8 as stored."""
+    gs = cols if spec.group_size == -1 else spec.group_size
+    q = weight.to(torch.int32) + 128
+    if zero_point is None:
+        zeros = torch.full(scale.shape, 128, dtype=torch.int32, device=q.device)
+    else:
+        zeros = zero_point.to(torch.int32) + 128
+    return _int_weight(q, scale.contiguous(), zeros, None, spec, cols, gs)
+
+
 def unpack_along(words: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     """int32 words -> unsigned values, the p = 32 / bits values of each word consecutive
     along `dim` (lowest bits first); int32."""

@@ -19,7 +19,11 @@ A linear module with HF prefix P ([N, K] = [out_features, in_features]) is store
         P.weight_zero_point I32  [N / p, G]   asymmetric only; packed along N, zero + 2**(b-1)
         P.weight_shape      I64 | I32 [2]     [N, K]
         P.weight_g_idx      I32  [K]          actorder "group" only
-  ct-fp8  (compressed-tensors float-quantized)
+  ct-int8 (compressed-tensors int-quantized)
+        P.weight            I8   [N, K]       signed
+        P.weight_scale      F16 | BF16 | F32 [N, G]
+        P.weight_zero_point I8   [N, G]       asymmetric only, signed
+  ct-fp8  (compressed-tensors float-quantized, naive-quantized)
         P.weight            F8_E4M3          [N, K]
         P.weight_scale      F32 | BF16 | F16 [N, 1] channel, [1] tensor, [ceil(N / bn),
                                               ceil(K / bk)] block
@@ -149,6 +153,15 @@ def module_tensors(
     per = 32 // spec.bits
     gs = K if spec.group_size == -1 else spec.group_size
     what = f"{P} [{N}, {K}] cannot be stored as {spec.method} {spec.label}"
+    if spec.method == "ct-int8":
+        G = cdiv(K, gs)
+        raw: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+            f"{P}.weight": ((N, K), ("I8",)),
+            f"{P}.weight_scale": ((N, G), SCALE_DTYPES),
+        }
+        if not spec.sym:
+            raw[f"{P}.weight_zero_point"] = ((N, G), ("I8",))
+        return raw
     if spec.method == "ct-int":
         if K % per or (not spec.sym and N % per):
             raise CheckpointError(

@@ -23,6 +23,7 @@ from evokernel.model.finite import FiniteCheck
 from evokernel.model.quant.convert import (
     awq_module,
     ct_fp8_module,
+    ct_int8_module,
     ct_int_module,
     fp8_module,
     gptq_module,
@@ -145,6 +146,11 @@ def _module(reader: _Reader, m: Module) -> PackedWeight:
         )
     if spec.method == "ct-fp8":
         return ct_fp8_module(P, reader.raw(f"{P}.weight"), reader.scales(f"{P}.weight_scale"), spec)
+    if spec.method == "ct-int8":
+        zero = reader.raw(f"{P}.weight_zero_point") if not spec.sym else None
+        return ct_int8_module(
+            P, reader.raw(f"{P}.weight"), reader.scales(f"{P}.weight_scale"), zero, spec, m.cols
+        )
     if spec.method == "ct-int":
         zero = reader.raw(f"{P}.weight_zero_point") if not spec.sym else None
         g_idx = reader.raw(f"{P}.weight_g_idx") if spec.desc_act else None

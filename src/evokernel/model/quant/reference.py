@@ -106,6 +106,22 @@ def ct_int_dense(
     return ((q - z.long()[:, group]).double() * scale.double()[:, group]).float()
 
 
+def ct_int8_dense(
+    weight: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, group_size: int
+) -> torch.Tensor:
+    """[N, K] float32 from compressed-tensors' int-quantized int8 weight [N, K], weight_scale
+    [N, G] and int8 weight_zero_point [N, G]: each group's scale (and zero) repeated over its
+    `group_size` columns (-1: all; the last group cut short)."""
+    K = weight.shape[1]
+    gs = K if group_size == -1 else group_size
+
+    def per_column(t: torch.Tensor) -> torch.Tensor:
+        return t.double().repeat_interleave(gs, 1)[:, :K]
+
+    zero = per_column(zero_point) if zero_point is not None else 0.0
+    return ((weight.double() - zero) * per_column(scale)).float()
+
+
 def ct_fp8_dense(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """[N, K] float32 from compressed-tensors' FP8 weight and its scale per row ([N, 1]), per
     module ([1]) or per block ([ceil(N / bn), ceil(K / bk)]), broadcast."""
@@ -157,8 +173,15 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
             return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
         if s.method == "ct-fp8":
             return ct_fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale"), s.block)
+        zp = (
+            read(f"{prefix}.weight_zero_point")
+            if s.method.startswith("ct-") and not s.sym
+            else None
+        )
+        if s.method == "ct-int8":
+            w, sc = read(f"{prefix}.weight"), read(f"{prefix}.weight_scale")
+            return ct_int8_dense(w, sc, zp, s.group_size)
         if s.method == "ct-int":
-            zp = read(f"{prefix}.weight_zero_point") if not s.sym else None
             g = read(f"{prefix}.weight_g_idx") if s.desc_act else None
             return ct_int_dense(
                 read(f"{prefix}.weight_packed"), read(f"{prefix}.weight_scale"), zp, g, s.bits,
