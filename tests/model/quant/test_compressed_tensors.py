@@ -248,3 +248,46 @@ def test_model_info_names_the_quantization(written, capsys):
     assert "quantized   compressed-tensors int4-g32-asym, head dense" in capsys.readouterr().out
     assert main(["model", "info", str(written["fp8-channel-dynamic"][0]), "--json"]) == 0
     assert '"quantization": "compressed-tensors fp8-channel, head dense"' in capsys.readouterr().out
+
+
+def test_each_module_takes_the_group_the_library_gives_it(src):
+    """Several groups and `ignore`: the most specific target wins (an exact name, then a
+    pattern, then Linear), as compressed-tensors' own `apply_quantization_config` decides on
+    transformers' model of the same checkpoint."""
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    from transformers import AutoModelForCausalLM
+
+    from evokernel.model.quant.config import parse_quantization
+
+    w4 = {**INT, "num_bits": 4, "strategy": "group", "group_size": 32}
+    w8 = {**INT, "num_bits": 8, "strategy": "channel"}
+    raw = {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "a": {"targets": ["Linear"], "weights": w4},
+            "b": {"targets": ["re:.*mlp\\..*", "model.layers.0.self_attn.o_proj"], "weights": w8},
+            "c": {"targets": ["re:.*down_proj"], "weights": {**w4, "group_size": 64}},
+        },
+        "ignore": ["lm_head", "re:model\\.layers\\.1\\.self_attn\\.[qkv]_proj"],
+    }
+    ours = parse_quantization(raw, "config.json")
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    apply_quantization_config(model, QuantizationConfig.model_validate(raw))
+    seen = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        theirs = getattr(module, "quantization_scheme", None)
+        spec = ours.spec(name)
+        if theirs is None:
+            assert spec is None, name
+            continue
+        w = theirs.weights
+        want = (w.num_bits, w.group_size if w.strategy == "group" else -1)
+        assert spec is not None and (spec.bits, spec.group_size) == want, name
+        seen += 1
+    assert seen == 2 * 7 - 3  # layer 1's q/k/v ignored
+    assert ours.spec("model.layers.0.mlp.down_proj").group_size == 64  # pattern c over b
+    assert ours.spec("model.layers.0.self_attn.o_proj").bits == 8  # exact name over Linear

@@ -23,10 +23,10 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
                        "float-quantized" / "naive-quantized" (FP8 e4m3 weights, strategy
                        "channel", "tensor" or "block"; activations none or dynamic, which the
                        engine leaves in the model dtype as it does Qwen's dynamic FP8), per
-                       `config_groups` entry
-                       (`targets` "Linear", module names or "re:" patterns, the last group
-                       naming a module winning as the library applies them), `ignore`
-                       (names or "re:" patterns), `quantization_status` "compressed"
+                       `config_groups` entry (`targets` "Linear", module names or "re:"
+                       patterns; the most specific target naming a module wins, as the
+                       library applies them), `ignore` (names or "re:" patterns),
+                       `quantization_status` "compressed"
 
 `QuantConfig.spec(module)` says how one linear module (an HF prefix such as
 `model.layers.3.self_attn.q_proj` or `lm_head`) is stored: a `ModuleSpec`, or None for a dense
@@ -116,13 +116,7 @@ class QuantConfig:
     def spec(self, module: str) -> ModuleSpec | None:
         """The storage of linear module `module` (HF prefix), None when it is dense."""
         if self.method == CT:
-            if any(_ct_match(module, name) for name in self.ignore):
-                return None
-            found = None
-            for targets, spec in self.groups:  # the library applies them in order
-                if any(_ct_match(module, t) for t in targets):
-                    found = spec
-            return found
+            return _ct_scheme(module, self.groups, self.ignore)
         if self.method in ("fp8", "awq"):
             if module == HEAD and not self.head:
                 return None
@@ -408,11 +402,27 @@ def _ct_dynamic(acts: Any, at: str) -> None:
         )
 
 
-def _ct_match(module: str, target: str) -> bool:
-    """compressed-tensors' matching of a linear module: "Linear" (every projection), a
-    "re:" pattern matched from the start of the name, or the name itself."""
-    if target == "Linear":
-        return True
+def _ct_scheme(
+    module: str, groups: tuple[tuple[tuple[str, ...], ModuleSpec], ...], ignore: tuple[str, ...]
+) -> ModuleSpec | None:
+    """The group of a linear module as compressed-tensors' `apply_quantization_config` picks
+    it: none when an `ignore` entry matches; else each target string stands for the last group
+    listing it, and the most specific target matching the module wins: its exact name, then
+    "re:" patterns (in sorted order), then the class "Linear"."""
+    if any(_ct_name_match(module, name) for name in ignore):
+        return None
+    by_target = {t: spec for targets, spec in groups for t in targets}
+    named = sorted(
+        (t for t in by_target if _ct_name_match(module, t)), key=lambda t: ("re:" in t, t)
+    )
+    if named:
+        return by_target[named[0]]
+    return by_target.get("Linear")
+
+
+def _ct_name_match(module: str, target: str) -> bool:
+    """compressed-tensors' `match_name`: a "re:" pattern matched from the start of the
+    name, or the name itself."""
     if target.startswith("re:"):
         return re.match(target[3:], module) is not None
     return module == target
