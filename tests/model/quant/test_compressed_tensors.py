@@ -291,3 +291,56 @@ def test_each_module_takes_the_group_the_library_gives_it(src):
     assert seen == 2 * 7 - 3  # layer 1's q/k/v ignored
     assert ours.spec("model.layers.0.mlp.down_proj").group_size == 64  # pattern c over b
     assert ours.spec("model.layers.0.self_attn.o_proj").bits == 8  # exact name over Linear
+
+
+Q = "model.layers.0.self_attn.q_proj"
+
+
+def _nan_scale(t: dict[str, torch.Tensor]) -> None:
+    t[f"{Q}.weight_scale"][3, 1] = float("nan")
+
+
+def _short_packed(t: dict[str, torch.Tensor]) -> None:
+    t[f"{Q}.weight_packed"] = t[f"{Q}.weight_packed"][:, :-1].contiguous()
+
+
+def _missing_zero_point(t: dict[str, torch.Tensor]) -> None:
+    del t[f"{Q}.weight_zero_point"]
+
+
+def _float_packed(t: dict[str, torch.Tensor]) -> None:
+    t[f"{Q}.weight_packed"] = t[f"{Q}.weight_packed"].float()
+
+
+def _fp8_nan(t: dict[str, torch.Tensor]) -> None:
+    t[f"{Q}.weight"].view(torch.uint8)[2, 5] = 0xFF
+
+
+DEFECTS = [
+    ("w4a16-g32-asym", _nan_scale, [f"'{Q}.weight_scale'", "NaN or Inf"]),
+    ("w4a16-g32-asym", _short_packed, [f"'{Q}.weight_packed'", "shape [128, 7]", "[128, 8]"]),
+    ("w4a16-g32-asym", _missing_zero_point, ["missing tensor", f"'{Q}.weight_zero_point'"]),
+    ("w4a16-g32-asym", _float_packed, [f"'{Q}.weight_packed'", "dtype F32", "supported: I32"]),
+    ("fp8-channel-dynamic", _fp8_nan, [f"'{Q}.weight' holds NaN"]),
+]
+
+
+@pytest.mark.parametrize(
+    "source,defect,words", DEFECTS, ids=lambda v: getattr(v, "__name__", str(v))
+)
+def test_broken_compressed_tensors_are_refused_in_one_line(
+    written, tmp_path, source, defect, words
+):
+    import shutil
+
+    path = tmp_path / "q"
+    shutil.copytree(written[source][0], path)
+    tensors = load_file(str(path / "model.safetensors"))
+    defect(tensors)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as err:
+        load_model(path, dtype=torch.float32)
+    text = str(err.value)
+    assert "\n" not in text
+    for word in words:
+        assert word in text, (word, text)
