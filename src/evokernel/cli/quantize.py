@@ -2,14 +2,16 @@
 published layout that the engine and other loaders read (model/quant/write.py).
 
     evokernel quantize --model DIR --out DIR --format fp8|int8|int4 [--group-size N]
-        [--head bf16|int8|int4|fp8] [--layout gptq|awq] [--asym] [--shard-gb X] [--json]
+        [--head bf16|int8|int4|fp8] [--layout gptq|awq|compressed-tensors] [--asym]
+        [--shard-gb X] [--json]
 
 Round to nearest, no calibration. fp8: Qwen's block FP8 (128x128 scales); int8 and int4:
 GPTQ (v1, symmetric unless --asym; --group-size default 128, -1 for one group per row), or
-AWQ's GEMM layout for int4 (--layout awq). --head bf16 keeps the head dense in the
-checkpoint's dtype (tied if it was); int8 or int4 (GPTQ) and fp8 (FP8) quantize it on its
-own, the embedding staying dense. The tokenizer, chat template and generation config are
-copied. `--json` ends stdout with one JSON line (the summary).
+AWQ's GEMM layout for int4 (--layout awq). --layout compressed-tensors writes any of them as
+llm-compressor does (pack-quantized ints, FP8 blocks). --head bf16 keeps the head dense in
+the checkpoint's dtype (tied if it was); int8 or int4 (GPTQ, compressed-tensors) and fp8
+(FP8) quantize it on its own, the embedding staying dense. The tokenizer, chat template and
+generation config are copied. `--json` ends stdout with one JSON line (the summary).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ import time
 from evokernel.cli import args as checked
 
 ORDER = 15
+# quantization_config keys the summary line names (a compressed-tensors body's group's)
+SUMMARY_KEYS = (
+    "format", "bits", "num_bits", "group_size", "sym", "symmetric", "block_structure",
+    "weight_block_size", "lm_head", "dynamic",
+)  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a weight-only quantized checkpoint (FP8, GPTQ int8/int4, AWQ int4)",
         description=(
             "Quantize a dense checkpoint's projections by round to nearest and write them in "
-            "a published layout (Qwen's FP8 blocks, GPTQ, AWQ GEMM), with config, tokenizer "
+            "a published layout (Qwen's FP8 blocks, GPTQ, AWQ GEMM, compressed-tensors), with "
+            "config, tokenizer "
             "and chat template copied. The head's format is your choice (--head): it is a "
             "quarter of Qwen3-0.6B's bytes."
         ),
@@ -51,9 +59,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with --format int8/int4 (gptq); fp8 with --format fp8",
     )
     p.add_argument(
-        "--layout", choices=("gptq", "awq"), help="int4: gptq (default) or awq (bf16 head only)"
+        "--layout",
+        choices=("gptq", "awq", "compressed-tensors"),
+        help="int8/int4: gptq (default), awq (int4, bf16 head only) or compressed-tensors "
+        "(llm-compressor's pack-quantized); fp8: Qwen's FP8 blocks (default) or "
+        "compressed-tensors",
     )
-    p.add_argument("--asym", action="store_true", help="gptq: asymmetric zero points")
+    p.add_argument(
+        "--asym", action="store_true", help="gptq, compressed-tensors: asymmetric zero points"
+    )
     p.add_argument("--shard-gb", default="4", metavar="X", help="largest file, GB (default 4)")
     p.add_argument("--json", action="store_true", help="end stdout with one JSON line")
     p.set_defaults(func=run)
@@ -78,10 +92,11 @@ def run(args: argparse.Namespace) -> int:
     summary = write_quantized(model, out, opts)
     seconds = time.perf_counter() - start
     qc = summary["quantization_config"]
+    fields = qc
+    if "config_groups" in qc:  # compressed-tensors: the body's group, and the format
+        fields = {"format": qc["format"], **qc["config_groups"]["group_0"]["weights"]}
     detail = ", ".join(
-        f"{k} {json.dumps(qc[k])}"
-        for k in ("bits", "group_size", "sym", "weight_block_size", "lm_head", "dynamic")
-        if k in qc
+        f"{k} {json.dumps(fields[k])}" for k in SUMMARY_KEYS if fields.get(k) is not None
     )
     print(
         f"wrote {summary['out_dir']}: {opts.format} as {summary['layout']} ({detail}), head "

@@ -27,6 +27,7 @@ from evokernel.errors import CheckpointError
 from evokernel.model.loader import load_model
 from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.quant.reference import write_dense_copy
+from evokernel.model.quant.write import QuantizeOptions, write_quantized
 from evokernel.model.random import write_random_checkpoint
 from evokernel.ops.registry import OpSet
 
@@ -344,3 +345,56 @@ def test_broken_compressed_tensors_are_refused_in_one_line(
     assert "\n" not in text
     for word in words:
         assert word in text, (word, text)
+
+
+CT_QUANTIZE = {
+    "int4-asym-head8": QuantizeOptions(
+        "int4", head="int8", group_size=32, sym=False, layout="compressed-tensors"
+    ),
+    "int8-channel": QuantizeOptions("int8", group_size=-1, layout="compressed-tensors"),
+    "int4-head4": QuantizeOptions("int4", head="int4", group_size=32, layout="compressed-tensors"),
+    "fp8-head": QuantizeOptions("fp8", head="fp8", layout="compressed-tensors"),
+}
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory) -> Path:
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("untied"), "tiny", seed=7, dtype="float32", untied=True
+    )
+
+
+@pytest.mark.parametrize("name", CT_QUANTIZE)
+def test_quantize_writes_what_transformers_and_the_library_read_back(untied, tmp_path, name):
+    """`quantize --layout compressed-tensors`: transformers with the compressed-tensors
+    library (its own decompression) reads every projection and the head as exactly the
+    values our loader dequantizes."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.quantization_config import CompressedTensorsConfig
+
+    out = tmp_path / name
+    write_quantized(untied, out, CT_QUANTIZE[name])
+    theirs = AutoModelForCausalLM.from_pretrained(
+        out, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=True)
+    )
+    cfg, ours = load_model(out, dtype=torch.float32)
+    assert cfg.quantization is not None and cfg.quantization.method == "compressed-tensors"
+    for i, layer in enumerate(theirs.model.layers):
+        for field, parts in PARTS.items():
+            blocks = [layer.get_submodule(p).weight.float() for p in parts]
+            got = getattr(ours.layers[i], field)
+            assert torch.equal(got.dequantize(torch.float32), torch.cat(blocks)), (i, field)
+    head = ours.lm_head
+    dense_head = head if isinstance(head, torch.Tensor) else head.dequantize(torch.float32)
+    assert torch.equal(dense_head, theirs.lm_head.weight.float())
+    assert isinstance(head, torch.Tensor) == (CT_QUANTIZE[name].head == "bf16")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton kernels under the interpreter")
+def test_quantize_as_compressed_tensors_then_verify(untied, tmp_path):
+    out = tmp_path / "q"
+    write_quantized(untied, out, CT_QUANTIZE["int4-asym-head8"])
+    devices.prepare("cpu")
+    result = verify(out, device="cpu", ops=OpSet.triton(pdl=False), steps=3, prompt=PROMPT[:4])
+    assert result.passed, result.reason
+    assert result.quantization == "compressed-tensors int4-g32-asym, head int8-g32-asym"

@@ -4,6 +4,9 @@
     int_groups(w, bits, gs, sym)    -> q [N, K] in 0..2**bits-1, scales F16 [N, G], zeros [N, G]
     gptq_tensors(q, scales, zeros, bits, gs)  -> qweight, qzeros (v1: zero - 1), scales, g_idx
     awq_tensors(q, scales, zeros)   -> qweight, qzeros, scales (AutoAWQ GEMM order)
+    ct_int_tensors(q, scales, zeros, bits, sym)  -> compressed-tensors pack-quantized:
+                                       weight_packed, weight_scale, weight_shape
+                                       (+ weight_zero_point when asymmetric)
 
 FP8 follows transformers' `Fp8Quantize`: per block, scale = amax / 448 (1 for an all-zero
 block), weight = clamp(w / scale, -448, 448) cast to e4m3 (round to nearest even), and the
@@ -126,3 +129,21 @@ def awq_tensors(
         "qzeros": pack(zeros.t().contiguous()),
         "scales": scales.t().contiguous(),
     }
+
+
+def ct_int_tensors(
+    q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int, sym: bool
+) -> dict[str, torch.Tensor]:
+    """compressed-tensors' pack-quantized tensors of one module from `int_groups`' output:
+    weight_packed [N, K/p] (q, already 2**(bits-1) above the signed value, packed along K),
+    weight_scale [N, G], weight_shape [2] int64, and for asymmetric groups weight_zero_point
+    [N/p, G] packed along N (compressed-tensors' `pack_to_int32`, `packed_dim` 1 and 0)."""
+    N, K = q.shape
+    out = {
+        "weight_packed": _pack_rows(q.t().contiguous(), bits).t().contiguous(),
+        "weight_scale": scales.contiguous(),
+        "weight_shape": torch.tensor([N, K], dtype=torch.int64),
+    }
+    if not sym:
+        out["weight_zero_point"] = _pack_rows(zeros.contiguous(), bits)
+    return out

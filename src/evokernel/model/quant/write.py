@@ -13,6 +13,12 @@
 |          |        | plus the per-module rule dynamic {"+:lm_head": {"bits": 8}} (or 4)    |
 |          |        | (vLLM, GPTQModel); a head of the body's width, `lm_head: true` alone  |
 | int4     | awq    | quant_method awq, bits 4, group_size, zero_point true, version gemm   |
+| int8/int4| compressed-tensors | quant_method compressed-tensors, format pack-quantized, one   |
+|          |        | config group targeting Linear (int, symmetric or not, strategy group  |
+|          |        | or channel), a second one targeting lm_head for a head of the other   |
+|          |        | width, ignore [lm_head] for a bf16 head (llm-compressor's W4A16/W8A16)|
+| fp8      | compressed-tensors | format naive-quantized, FP8 weights in 128x128 blocks (the    |
+|          |        | block strategy), no activation quantization                           |
 
 Every value is rounded to nearest (quantize.py); nothing is calibrated, and the config's
 `meta` (GPTQ) says so. The head: `bf16` keeps it dense in the checkpoint's own dtype (and
@@ -49,13 +55,20 @@ from evokernel.model.safetensors_io import STORAGE_DTYPES, TensorMap, TensorSpec
 FORMATS = ("fp8", "int8", "int4")
 HEADS = ("bf16", "int8", "int4", "fp8")
 HEAD_BITS = {"int8": 8, "int4": 4}
-LAYOUTS = ("gptq", "awq")
+LAYOUTS = ("gptq", "awq", "compressed-tensors")
+CT = "compressed-tensors"
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
 METADATA = {"format": "pt", "generator": "evokernel quantize"}
 EMBED = "model.embed_tokens.weight"
 # Written as stored (the layout's own dtypes): packed scales as the usual publishers do.
-PACKED_DTYPES = {"weight_scale_inv": "F32", "scales": "F16", "weight": "F8_E4M3"}
+PACKED_DTYPES = {
+    "weight_scale_inv": "F32",
+    "scales": "F16",
+    "weight": "F8_E4M3",
+    "weight_scale": "F16",  # compressed-tensors int scales (FP8: F32, `_dtype`)
+    "weight_shape": "I64",
+}
 
 
 @dataclass(frozen=True)
@@ -75,10 +88,11 @@ class QuantizeOptions:
         layout = self.resolved_layout
         if layout not in (*LAYOUTS, "fp8") or (layout == "awq" and self.format != "int4"):
             raise ConfigError(f"--layout {self.layout}: {self.format} is written as gptq")
-        if self.format == "fp8" and self.layout is not None:
-            raise ConfigError("--layout applies to int8 and int4 (fp8 has one layout)")
+        if self.format == "fp8" and self.layout not in (None, CT):
+            raise ConfigError("--layout applies to int8 and int4 (fp8: fp8 or compressed-tensors)")
         allowed = {
-            "fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"), "awq": ("bf16",)
+            "fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"), "awq": ("bf16",),
+            CT: ("bf16", "fp8") if self.format == "fp8" else ("bf16", "int8", "int4"),
         }[layout]  # fmt: skip
         if self.head not in allowed:
             raise ConfigError(
@@ -105,11 +119,13 @@ class QuantizeOptions:
     @property
     def resolved_layout(self) -> str:
         if self.format == "fp8":
-            return "fp8"
+            return self.layout or "fp8"
         return self.layout or "gptq"
 
     def quantization_config(self) -> dict[str, Any]:
         layout = self.resolved_layout
+        if layout == CT:
+            return self._ct_config()
         if layout == "fp8":
             return {
                 "quant_method": "fp8",
@@ -141,6 +157,54 @@ class QuantizeOptions:
         if self.head in HEAD_BITS and HEAD_BITS[self.head] != self.bits:
             d["dynamic"] = {f"+:{HEAD}": {"bits": HEAD_BITS[self.head]}}
         return d
+
+    def _ct_config(self) -> dict[str, Any]:
+        """compressed-tensors' QuantizationConfig as llm-compressor saves it."""
+        if self.format == "fp8":
+            fmt = "naive-quantized"
+            weights: dict[str, Any] = {
+                "num_bits": 8, "type": "float", "symmetric": True, "strategy": "block",
+                "block_structure": list(FP8_BLOCK), "group_size": None, "dynamic": False,
+                "actorder": None,
+            }  # fmt: skip
+            head_weights = None
+        else:
+            fmt = "pack-quantized"
+            gs = 128 if self.group_size is None else self.group_size
+
+            def ints(bits: int) -> dict[str, Any]:
+                return {
+                    "num_bits": bits, "type": "int", "symmetric": self.sym,
+                    "strategy": "channel" if gs == -1 else "group",
+                    "group_size": None if gs == -1 else gs, "block_structure": None,
+                    "dynamic": False, "actorder": None,
+                }  # fmt: skip
+
+            weights = ints(self.bits)
+            head_bits = HEAD_BITS.get(self.head)
+            head_weights = ints(head_bits) if head_bits not in (None, self.bits) else None
+
+        def group(targets: list[str], w: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "targets": targets, "weights": w, "input_activations": None,
+                "output_activations": None, "format": fmt,
+            }  # fmt: skip
+
+        groups = {"group_0": group(["Linear"], weights)}
+        if head_weights is not None:
+            groups["group_1"] = group([HEAD], head_weights)
+        return {
+            "quant_method": CT,
+            "format": fmt,
+            "quantization_status": "compressed",
+            "config_groups": groups,
+            "ignore": [HEAD] if self.head == "bf16" else [],
+            "kv_cache_scheme": None,
+            "sparsity_config": {},
+            "transform_config": {},
+            "global_compression_ratio": None,
+            "version": f"evokernel {__version__}",
+        }
 
 
 def write_quantized(
@@ -236,11 +300,14 @@ def _dense_step_bytes(ckpt: Checkpoint) -> int:
 
 
 def _quantize_module(w: torch.Tensor, spec: ModuleSpec) -> dict[str, torch.Tensor]:
-    if spec.method == "fp8":
+    if spec.method in ("fp8", "ct-fp8"):
         weight, scale = quantize.fp8_block(w, spec.block)
-        return {"weight": weight, "weight_scale_inv": scale}
+        name = "weight_scale_inv" if spec.method == "fp8" else "weight_scale"
+        return {"weight": weight, name: scale}
     min_zero = 1 if spec.zero_offset == 1 and not spec.sym else 0
     q, scales, zeros = quantize.int_groups(w, spec.bits, spec.group_size, spec.sym, min_zero)
+    if spec.method == "ct-int":
+        return quantize.ct_int_tensors(q, scales, zeros, spec.bits, spec.sym)
     if spec.method == "awq":
         return quantize.awq_tensors(q, scales, zeros)
     v1 = spec.zero_offset == 1
@@ -253,6 +320,10 @@ def _dtype(name: str, packed: dict[str, tuple[str, ...]], ckpt: Checkpoint) -> t
         _, entry = ckpt.tensors[name]
         return STORAGE_DTYPES[entry.dtype]
     suffix = name.rpartition(".")[2]
+    if suffix == "weight_scale" and "F8_E4M3" in packed.get(
+        name.rpartition(".")[0] + ".weight", ()
+    ):
+        return torch.float32  # compressed-tensors FP8 block scales
     return STORAGE_DTYPES[PACKED_DTYPES.get(suffix, "I32")]
 
 
