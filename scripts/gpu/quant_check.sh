@@ -28,6 +28,12 @@
 #                                          three): each packed projection's launch measured,
 #                                          then confirmed end to end per context bucket
 #                                          (tune/quant.py): about 3 minutes a format
+#   scripts/gpu/quant_check.sh ct          random Qwen3-0.6B quantized by `quantize --layout
+#                                          compressed-tensors` (W4A16 g128 with an INT8 head,
+#                                          W8A16 per channel, FP8 blocks with an FP8 head):
+#                                          `verify` on each, then one `bench decode` at
+#                                          positions 1, 1,024 and 8,192 with bf16 and the GPTQ
+#                                          INT4 checkpoint of `quick`: about 4 minutes
 #   scripts/gpu/quant_check.sh launch-bench  one `bench decode` run: bf16, the headline
 #                                          formats, and each with the pack `launches` wrote
 #                                          (in $PACKS, default $OUT) at positions inside each
@@ -97,6 +103,26 @@ quick() {
     --quantized "$CKPT/q06-fp8-hfp8" --quantized "$CKPT/q06-int8-hint8" \
     --quantized "$CKPT/q06-int4-hint8" --out "$OUT/quant_bench_quick.json" \
     2>&1 | tee "$OUT/quant_bench_quick.log"
+}
+
+# ct: compressed-tensors checkpoints (the layout llm-compressor writes) through the CUDA path
+ct() {
+  local base=$CKPT/q06-bf16 name
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \
+    || return 1
+  local L=(--layout compressed-tensors)
+  quantize "$base" q06-ct-w4a16-hint8 --format int4 --head int8 "${L[@]}"
+  quantize "$base" q06-ct-w8a16 --format int8 --group-size -1 "${L[@]}"
+  quantize "$base" q06-ct-fp8-hfp8 --format fp8 --head fp8 "${L[@]}"
+  quantize "$base" q06-int4-hint8 --format int4 --head int8
+  for name in q06-ct-w4a16-hint8 q06-ct-w8a16 q06-ct-fp8-hfp8; do
+    "${EK[@]}" verify --model "$CKPT/$name" --device cuda --reference "$base" \
+      2>&1 | tee "$OUT/verify_$name.log" | tail -3
+  done
+  "${EK[@]}" bench decode --model "$base" --positions 1,1024,8192 --baselines evokernel \
+    --quantized "$CKPT/q06-ct-w4a16-hint8" --quantized "$CKPT/q06-int4-hint8" \
+    --quantized "$CKPT/q06-ct-w8a16" --quantized "$CKPT/q06-ct-fp8-hfp8" \
+    --out "$OUT/quant_bench_ct.json" 2>&1 | tee "$OUT/quant_bench_ct.log"
 }
 
 # launches: tune each quantized checkpoint; the pack's table is the last lines of each log
