@@ -29,6 +29,15 @@ def _refused(capsys, argv: list[str]) -> str:
         (["--format", "int4", "--head", "fp8"], ["--head fp8", "gptq layout", "int8 or int4"]),
         (["--format", "int4", "--layout", "awq", "--head", "int8"], ["awq layout", "bf16"]),
         (["--format", "int8", "--layout", "awq"], ["--layout awq", "int8 is written as gptq"]),
+        (["--format", "fp8", "--layout", "gptq"], ["--layout gptq", "FP8 blocks", "compressed"]),
+        (
+            ["--format", "fp8", "--layout", "compressed-tensors", "--head", "int8"],
+            ["--head int8", "compressed-tensors layout", "bf16 or fp8"],
+        ),
+        (
+            ["--format", "int4", "--layout", "compressed-tensors", "--head", "fp8"],
+            ["--head fp8", "compressed-tensors layout", "int8 or int4"],
+        ),
         (["--format", "int4", "--group-size", "100"], ["--group-size 100", "multiple of 8"]),
         (["--format", "fp8", "--group-size", "64"], ["--group-size", "int8 and int4"]),
         (["--format", "int4", "--group-size", "x"], ["--group-size", "expected an integer"]),

@@ -48,15 +48,14 @@ from evokernel.errors import ConfigError
 from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint, inspect_checkpoint
 from evokernel.model.config import ModelConfig, read_json_object
 from evokernel.model.quant import quantize
-from evokernel.model.quant.config import HEAD, ModuleSpec
+from evokernel.model.quant.config import CT, HEAD, ModuleSpec
 from evokernel.model.quant.layout import all_modules, quantized_tensors
 from evokernel.model.safetensors_io import STORAGE_DTYPES, TensorMap, TensorSpec, write_file
 
 FORMATS = ("fp8", "int8", "int4")
 HEADS = ("bf16", "int8", "int4", "fp8")
 HEAD_BITS = {"int8": 8, "int4": 4}
-LAYOUTS = ("gptq", "awq", "compressed-tensors")
-CT = "compressed-tensors"
+LAYOUTS = ("gptq", "awq", CT)
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
 METADATA = {"format": "pt", "generator": "evokernel quantize"}
@@ -89,7 +88,10 @@ class QuantizeOptions:
         if layout not in (*LAYOUTS, "fp8") or (layout == "awq" and self.format != "int4"):
             raise ConfigError(f"--layout {self.layout}: {self.format} is written as gptq")
         if self.format == "fp8" and self.layout not in (None, CT):
-            raise ConfigError("--layout applies to int8 and int4 (fp8: fp8 or compressed-tensors)")
+            raise ConfigError(
+                f"--layout {self.layout}: fp8 is written as Qwen's FP8 blocks (no --layout) or "
+                "as compressed-tensors"
+            )
         allowed = {
             "fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"), "awq": ("bf16",),
             CT: ("bf16", "fp8") if self.format == "fp8" else ("bf16", "int8", "int4"),
