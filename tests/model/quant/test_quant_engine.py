@@ -127,3 +127,16 @@ def test_a_reference_of_another_architecture_is_refused(src, tmp_path) -> None:
     check_original(cfg, src)  # its own architecture passes
     with pytest.raises(ConfigError, match="num_hidden_layers is 3, the checkpoint's is 2"):
         check_original(cfg, other)
+
+
+@pytest.mark.parametrize("name", ["int4-head8-asym", "fp8-head", "int4-awq"])
+def test_a_model_with_biases_quantizes_and_verifies(tmp_path, name) -> None:
+    """Qwen2's q/k/v biases stay dense beside their quantized modules: `quantize` copies
+    them (it used to look for them among the module's packed tensors and fail), and the
+    verify reference keeps them (it used to drop them with the module's packed tensors)."""
+    src = write_random_checkpoint(tmp_path / "src", "tiny-qwen2", seed=5, dtype="float32")
+    out = tmp_path / name
+    write_quantized(src, out, QUANTIZED[name])
+    result = verify(out, device="cpu", ops=_ops(), steps=3, prompt=PROMPT[:4], reference=src)
+    assert result.passed, result.reason
+    assert result.kl_mean < 1e-8

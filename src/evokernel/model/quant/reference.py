@@ -155,17 +155,17 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
     modules = {m.prefix: m for m in all_modules(cfg) if m.spec is not None}
     names: list[str] = []
     for name in ckpt.tensors:
-        prefix = name.rpartition(".")[0]
-        if prefix in modules:
+        prefix, _, suffix = name.rpartition(".")
+        if prefix in modules and suffix != "bias":  # a quantized module's bias is dense
             if f"{prefix}.weight" not in names:
                 names.append(f"{prefix}.weight")
         else:
             names.append(name)
 
     def produce(spec: TensorSpec) -> torch.Tensor:
-        prefix = spec.name.rpartition(".")[0]
+        prefix, _, suffix = spec.name.rpartition(".")
         m = modules.get(prefix)
-        if m is None:
+        if m is None or suffix == "bias":
             return read(spec.name).float()
         s = m.spec
         assert s is not None
@@ -193,12 +193,14 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
         g = read(f"{prefix}.g_idx") if f"{prefix}.g_idx" in ckpt.tensors else None
         return gptq_dense(qw, qz, sc, g, s.bits, s.group_size, s.zero_offset)
 
-    shapes = {
-        n: (modules[n.rpartition(".")[0]].rows, modules[n.rpartition(".")[0]].cols)
-        if n.rpartition(".")[0] in modules
-        else ckpt.tensors[n][1].shape
-        for n in names
-    }
+    def shape(name: str) -> tuple[int, ...]:
+        prefix, _, suffix = name.rpartition(".")
+        m = modules.get(prefix)
+        if m is not None and suffix == "weight":
+            return (m.rows, m.cols)
+        return tuple(ckpt.tensors[name][1].shape)
+
+    shapes = {n: shape(n) for n in names}
     specs = [TensorSpec(n, torch.float32, tuple(shapes[n])) for n in names]
     try:
         write_file(out / SINGLE_FILE, specs, produce)

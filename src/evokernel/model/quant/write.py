@@ -280,9 +280,9 @@ class _Source:
     def produce(self, spec: TensorSpec) -> torch.Tensor:
         if spec.name in self.cache:
             return self.cache.pop(spec.name)
-        prefix = spec.name.rpartition(".")[0]
+        prefix, _, suffix = spec.name.rpartition(".")
         module = self.specs.get(prefix)
-        if module is None:
+        if module is None or suffix == "bias":  # a quantized module's bias stays dense
             return self.read(spec.name).to(spec.dtype)
         tensors = _quantize_module(self.read(f"{prefix}.weight"), module)
         for key, t in tensors.items():
