@@ -398,3 +398,19 @@ def test_quantize_as_compressed_tensors_then_verify(untied, tmp_path):
     result = verify(out, device="cpu", ops=OpSet.triton(pdl=False), steps=3, prompt=PROMPT[:4])
     assert result.passed, result.reason
     assert result.quantization == "compressed-tensors int4-g32-asym, head int8-g32-asym"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton kernels under the interpreter")
+@pytest.mark.parametrize("preset", ["tiny-qwen2", "tiny-llama"])
+def test_other_families_load_and_verify(tmp_path, preset):
+    """Qwen2 (q/k/v biases, kept dense by the library) and Llama checkpoints as W4A16."""
+    src = write_random_checkpoint(tmp_path / "src", preset, seed=2, dtype="float32")
+    ref = write_compressed(src, tmp_path / "q", **SCHEMES["w4a16-g32-asym"])
+    _, w = load_model(tmp_path / "q", dtype=torch.float32)
+    want = torch.cat([ref[f"model.layers.1.{p}"] for p in PARTS["qkv_proj"]])
+    assert torch.equal(w.layers[1].qkv_proj.dequantize(torch.float32), want)
+    assert (w.layers[1].qkv_bias is not None) == (preset == "tiny-qwen2")
+    devices.prepare("cpu")
+    result = verify(tmp_path / "q", device="cpu", ops=OpSet.triton(pdl=False), steps=3,
+                    prompt=PROMPT[:4])  # fmt: skip
+    assert result.passed, result.reason
