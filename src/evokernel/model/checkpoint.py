@@ -79,10 +79,12 @@ class Checkpoint:
 
     @property
     def num_parameters(self) -> int:
+        """Parameters of the model the checkpoint stands for (its dense shapes: a quantized
+        checkpoint's packed words and scales are not parameters)."""
         total = 0
-        for _, e in self.tensors.values():
+        for shape in hf_shapes(self.cfg).values():
             n = 1
-            for d in e.shape:
+            for d in shape:
                 n *= d
             total += n
         return total

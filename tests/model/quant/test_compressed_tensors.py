@@ -242,13 +242,20 @@ def test_act_order_groups_load_through_the_weight_g_idx(written, tmp_path):
         assert torch.equal(dense[f"{prefix}.weight"], ref[prefix][:, perm]), prefix
 
 
-def test_model_info_names_the_quantization(written, capsys):
+def test_model_info_names_the_quantization(src, written, capsys):
+    """...and counts the parameters of the model it stands for, not its packed words."""
     from evokernel.cli import main
 
     assert main(["model", "info", str(written["w4a16-g32-asym"][0])]) == 0
     assert "quantized   compressed-tensors int4-g32-asym, head dense" in capsys.readouterr().out
-    assert main(["model", "info", str(written["fp8-channel-dynamic"][0]), "--json"]) == 0
-    assert '"quantization": "compressed-tensors fp8-channel, head dense"' in capsys.readouterr().out
+    infos = []
+    for path in (written["fp8-channel-dynamic"][0], written["w4a16-g32"][0], src):
+        assert main(["model", "info", str(path), "--json"]) == 0
+        infos.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    labels = [i["quantization"] for i in infos]
+    assert labels == ["compressed-tensors fp8-channel, head dense",
+                      "compressed-tensors int4-g32, head dense", None]  # fmt: skip
+    assert len({i["num_parameters"] for i in infos}) == 1
 
 
 def test_each_module_takes_the_group_the_library_gives_it(src):
