@@ -25,9 +25,10 @@ from evokernel.cli import args as checked
 ORDER = 15
 # quantization_config keys the summary line names (a compressed-tensors body's group's)
 SUMMARY_KEYS = (
-    "format", "bits", "num_bits", "group_size", "sym", "symmetric", "block_structure",
-    "weight_block_size", "lm_head", "dynamic",
+    "format", "bits", "num_bits", "strategy", "group_size", "sym", "symmetric",
+    "block_structure", "weight_block_size", "lm_head", "dynamic",
 )  # fmt: skip
+CT_KEYS = ("num_bits", "strategy", "group_size", "symmetric", "block_structure")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     qc = summary["quantization_config"]
     fields = qc
-    if "config_groups" in qc:  # compressed-tensors: the body's group, and the format
-        fields = {"format": qc["format"], **qc["config_groups"]["group_0"]["weights"]}
+    if "config_groups" in qc:  # compressed-tensors: the format and the body's weights
+        weights = qc["config_groups"]["group_0"]["weights"]
+        fields = {"format": qc["format"], **{k: weights[k] for k in CT_KEYS}}
     detail = ", ".join(
         f"{k} {json.dumps(fields[k])}" for k in SUMMARY_KEYS if fields.get(k) is not None
     )

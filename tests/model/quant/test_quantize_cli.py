@@ -119,3 +119,22 @@ def test_transformers_reads_the_configs_it_knows(tiny_dir: Path, tmp_path: Path)
         assert main(["quantize", "--model", str(tiny_dir), "--out", str(out), *flags]) == 0
         config = AutoConfig.from_pretrained(out)
         assert config.quantization_config["quant_method"] in ("gptq", "fp8", "awq")
+
+
+def test_the_compressed_tensors_layout_and_its_summary_line(tiny_dir, tmp_path, capsys) -> None:
+    """`--layout compressed-tensors`: the config llm-compressor writes (a second group for a
+    head of the other width) and the summary line naming the format and the body's weights."""
+    out = tmp_path / "ct"
+    flags = ["--format", "int4", "--head", "int8", "--asym", "--group-size", "32",
+             "--layout", "compressed-tensors"]  # fmt: skip
+    assert main(["quantize", "--model", str(tiny_dir), "--out", str(out), *flags]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f'wrote {out}: int4 as compressed-tensors (format "pack-quantized", ')
+    assert 'num_bits 4, strategy "group", group_size 32, symmetric false), head int8' in line
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["quant_method"] == "compressed-tensors" and qc["ignore"] == []
+    body, head = qc["config_groups"]["group_0"], qc["config_groups"]["group_1"]
+    assert (body["targets"], head["targets"]) == (["Linear"], ["lm_head"])
+    assert (body["weights"]["num_bits"], head["weights"]["num_bits"]) == (4, 8)
+    _, w = load_model(out, dtype=torch.float32)
+    assert isinstance(w.layers[1].gate_up_proj, Int4Weight) and isinstance(w.lm_head, Int8Weight)
