@@ -371,6 +371,7 @@ def untied(tmp_path_factory) -> Path:
     )
 
 
+@pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")  # dequantize
 @pytest.mark.parametrize("name", CT_QUANTIZE)
 def test_quantize_writes_what_transformers_and_the_library_read_back(untied, tmp_path, name):
     """`quantize --layout compressed-tensors`: transformers with the compressed-tensors
