@@ -55,6 +55,7 @@ CT = "compressed-tensors"
 # the model dtype)
 CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized")
 CT_WHOLE = 0  # a compressed-tensors FP8 scale block dimension spanning the whole weight
+CT_FIELDS = ("num_bits", "group_size", "symmetric")  # its names for bits, group, sym
 GPTQ_FORMATS = ("gptq", "gptq_v2")
 FP8_FORMATS = ("e4m3",)
 HEAD = "lm_head"
@@ -347,20 +348,11 @@ def _ct_spec(group: dict[str, Any], fmt: str, at: str) -> ModuleSpec:
             raise CheckpointError(
                 f"{at}.weights.actorder {_show(actorder)} is not supported (group, weight)"
             )
-        sym = w.get("symmetric", True)
-        if bits not in (4, 8) or isinstance(bits, bool):
-            raise CheckpointError(f"{at}.weights.num_bits {_show(bits)} is not supported (4, 8)")
-        if not isinstance(sym, bool):
-            raise CheckpointError(f"{at}.weights.symmetric must be true or false, got {_show(sym)}")
-        per_word = 32 // bits
-        ok = isinstance(group_size, int) and group_size > 0 and group_size % per_word == 0
-        if strategy == "group" and (isinstance(group_size, bool) or not ok):
-            raise CheckpointError(
-                f"{at}.weights.group_size {_show(group_size)} is not supported (a positive "
-                f"multiple of {per_word} for {bits} bits)"
-            )
         method = "ct-int" if fmt == "pack-quantized" else "ct-int8"
-        return _int_spec(method, bits, group_size, sym, actorder == "group", 0, at)
+        sym = w.get("symmetric", True)
+        return _int_spec(
+            method, bits, group_size, sym, actorder == "group", 0, f"{at}.weights", CT_FIELDS
+        )
     _ct_dynamic(acts, at)
     if kind != "float" or bits != 8:
         raise CheckpointError(
@@ -436,17 +428,25 @@ def _ct_pattern(name: str, where: str) -> None:
 
 
 def _int_spec(
-    method: str, bits: Any, group: Any, sym: Any, desc_act: Any, offset: int, where: str
+    method: str,
+    bits: Any,
+    group: Any,
+    sym: Any,
+    desc_act: Any,
+    offset: int,
+    where: str,
+    fields: tuple[str, str, str] = ("bits", "group_size", "sym"),  # their names in the config
 ) -> ModuleSpec:
+    bits_name, group_name, sym_name = fields
     if bits not in (4, 8) or isinstance(bits, bool):
-        raise CheckpointError(f"{where}.bits {_show(bits)} is not supported (4, 8)")
+        raise CheckpointError(f"{where}.{bits_name} {_show(bits)} is not supported (4, 8)")
     per_word = 32 // bits
     if not _is_int(group) or not (group == -1 or (group > 0 and group % per_word == 0)):
         raise CheckpointError(
-            f"{where}.group_size {_show(group)} is not supported (-1, or a positive multiple "
+            f"{where}.{group_name} {_show(group)} is not supported (-1, or a positive multiple "
             f"of {per_word} for {bits} bits)"
         )
-    for name, value in (("sym", sym), ("desc_act", desc_act)):
+    for name, value in ((sym_name, sym), ("desc_act", desc_act)):
         if not isinstance(value, bool):
             raise CheckpointError(f"{where}.{name} must be true or false, got {_show(value)}")
     return ModuleSpec(method, bits, group, sym, desc_act, zero_offset=offset)

@@ -89,10 +89,7 @@ def ct_int_module(
     bits, K = spec.bits, cols
     gs = K if spec.group_size == -1 else spec.group_size
     q = unpack_along(packed, bits, 1)  # [N, K]
-    if zero_point is None:
-        zeros = torch.full(scale.shape, 1 << (bits - 1), dtype=torch.int32, device=q.device)
-    else:
-        zeros = unpack_along(zero_point, bits, 0).contiguous()  # [N, G]
+    zeros = None if zero_point is None else unpack_along(zero_point, bits, 0)  # [N, G]
     perm = _act_order(prefix, g_idx, gs, K, scale.shape[1]) if g_idx is not None else None
     if perm is not None:
         q = q[:, perm.long()]
@@ -109,12 +106,10 @@ def ct_int8_module(
 ) -> IntWeight:
     """compressed-tensors int-quantized: w = (weight - zero) * scale, int8 as stored."""
     gs = cols if spec.group_size == -1 else spec.group_size
-    q = weight.to(torch.int32) + 128
-    if zero_point is None:
-        zeros = torch.full(scale.shape, 128, dtype=torch.int32, device=q.device)
-    else:
-        zeros = zero_point.to(torch.int32) + 128
-    return _int_weight(q, scale.contiguous(), zeros, None, spec, cols, gs)
+    zeros = None if zero_point is None else zero_point.to(torch.int32) + 128
+    return _int_weight(
+        weight.to(torch.int32) + 128, scale.contiguous(), zeros, None, spec, cols, gs
+    )
 
 
 def unpack_along(words: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
@@ -174,17 +169,17 @@ def awq_module(
 def _int_weight(
     q: torch.Tensor,
     scales: torch.Tensor,
-    zeros: torch.Tensor,
+    zeros: torch.Tensor | None,  # None: symmetric, every zero point 2**(bits-1)
     perm: torch.Tensor | None,
     spec: ModuleSpec,
     K: int,
     gs: int,
 ) -> IntWeight:
     bits = spec.bits
-    if bool((zeros + spec.zero_offset == 1 << (bits - 1)).all()):
+    if zeros is None or bool((zeros + spec.zero_offset == 1 << (bits - 1)).all()):
         kept = None  # every zero point is 2**(bits-1): the kernels need not read them
     else:
-        kept = zeros.to(torch.uint8)
+        kept = zeros.contiguous().to(torch.uint8)
     cls = INT_CLASSES[bits]
     return cls(pack_values(q, bits), scales, kept, perm, K, gs, spec.zero_offset)
 

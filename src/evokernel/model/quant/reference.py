@@ -30,6 +30,7 @@ from evokernel.model.quant.layout import all_modules
 from evokernel.model.safetensors_io import TensorMap, TensorSpec, write_file
 
 AWQ_NIBBLE_OF_COLUMN = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a word sits in nibble [j]
+CT_INTS = ("ct-int", "ct-int8")
 
 
 def gptq_dense(
@@ -173,11 +174,8 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
             return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
         if s.method == "ct-fp8":
             return ct_fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale"), s.block)
-        zp = (
-            read(f"{prefix}.weight_zero_point")
-            if s.method.startswith("ct-") and not s.sym
-            else None
-        )
+        # compressed-tensors' zero points: stored only for asymmetric weights
+        zp = read(f"{prefix}.weight_zero_point") if s.method in CT_INTS and not s.sym else None
         if s.method == "ct-int8":
             w, sc = read(f"{prefix}.weight"), read(f"{prefix}.weight_scale")
             return ct_int8_dense(w, sc, zp, s.group_size)
