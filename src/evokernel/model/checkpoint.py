@@ -239,7 +239,7 @@ def _match(
         shapes["lm_head.weight"] = expected["model.embed_tokens.weight"]
     for name, want in shapes.items():
         header, entry = located[name]
-        if entry.shape != want:
+        if entry.shape != want and not (_one_value(entry.shape) and _one_value(want)):
             raise CheckpointError(
                 f"{header.path}: tensor {name!r} has shape {list(entry.shape)}, "
                 f"config.json implies {list(want)}"
@@ -251,6 +251,11 @@ def _match(
                 f"supported: {', '.join(allowed)}"
             )
     return {n: located[n] for n in expected}, tuple(ignored)
+
+
+def _one_value(shape: tuple[int, ...]) -> bool:
+    """A single value, stored as a scalar ([]) or as [1]: writers differ, the value does not."""
+    return len(shape) <= 1 and all(d == 1 for d in shape)
 
 
 def _check_layer_count(

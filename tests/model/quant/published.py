@@ -21,6 +21,15 @@ our loader and kernels compute against values derived here.
         scale = 448 / amax (1 for an all-zero block), weight = clamp(w * scale, -448, 448) in
         float8_e4m3fn, stored `weight_scale_inv` = 1 / scale; Qwen's FP8 checkpoints keep the
         head and norms out (`modules_to_not_convert`).
+  FP8, one scale a module: AutoFP8 `auto_fp8/quantize.py` (neuralmagic/AutoFP8),
+        `per_tensor_quantize`: scale = finfo(e4m3).max / max(|min|, |max|) (amax clamped to
+        >= 1e-12), weight = clamp(w * scale, -448, 448) in float8_e4m3fn, stored
+        `weight_scale` = 1 / scale, a 0-dim float32; static activations add `input_scale`
+        (0-dim, calibrated); `save_quantized_model` writes `quantization_config`
+        {quant_method "fp8", activation_scheme, ignored_layers} and `get_layers_to_ignore`
+        always puts "lm_head" in `ignored_layers`. transformers' per-tensor FP8 (`FP8Linear`
+        with `block_size` None) names them `weight_scale_inv` and `activation_scale` and
+        writes `weight_block_size: null`, `modules_to_not_convert`.
 
 The quantizer is GPTQ's min-max `Quantizer.find_params` (per group, range including 0; sym:
 zero at 2**(bits-1)), zero points clamped to >= 1 for v1 so the stored zero - 1 never wraps.
@@ -233,6 +242,46 @@ def write_fp8(
         "modules_to_not_convert": [] if head else ["lm_head"],
     }
     _finish(src, dst, out, config, untie=head)
+    return dense
+
+
+def write_fp8_tensor(
+    src: Path, dst: Path, naming: str = "autofp8", static: bool = False
+) -> dict[str, torch.Tensor]:
+    """Per-tensor FP8 as AutoFP8 (naming "autofp8") or transformers ("transformers") store
+    it; the head stays dense (AutoFP8 always ignores it)."""
+    tensors = _read(src)
+    out: dict[str, torch.Tensor] = {}
+    dense: dict[str, torch.Tensor] = {}
+    autofp8 = naming == "autofp8"
+    for i, name in enumerate(_modules(tensors, head=False)):
+        w = tensors.pop(name + ".weight").float()
+        lo, hi = w.aminmax()
+        amax = torch.maximum(lo.abs(), hi.abs()).clamp(min=1e-12)
+        scale = 448.0 / amax
+        q = (w * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        inv = scale.float().reciprocal()  # 0-dim
+        out[name + (".weight_scale" if autofp8 else ".weight_scale_inv")] = inv
+        out[name + ".weight"] = q
+        if static:  # a calibrated input scale: any positive value serves the layout
+            act = torch.tensor(0.01 * (1 + i % 5), dtype=torch.float32)
+            out[name + (".input_scale" if autofp8 else ".activation_scale")] = act
+        dense[name] = q.float() * inv
+    out.update(tensors)
+    scheme = "static" if static else "dynamic"
+    if autofp8:
+        config: dict[str, Any] = {
+            "quant_method": "fp8", "activation_scheme": scheme, "ignored_layers": ["lm_head"]
+        }  # fmt: skip
+    else:
+        config = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": scheme,
+            "weight_block_size": None,
+            "modules_to_not_convert": ["lm_head"],
+        }
+    _finish(src, dst, out, config)
     return dense
 
 

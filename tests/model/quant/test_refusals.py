@@ -55,10 +55,11 @@ def _one_line(err: BaseException) -> str:
             ["fmt", '"e5m2"'],
         ),
         (
-            {"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]},
-            ["activation_scheme", '"static"'],
+            {"quant_method": "fp8", "activation_scheme": "token", "weight_block_size": [128, 128]},
+            ["activation_scheme", '"token"'],
         ),
-        ({"quant_method": "fp8", "weight_block_size": None}, ["weight_block_size", "null"]),
+        ({"quant_method": "fp8", "kv_cache_scheme": "static"}, ["kv_cache_scheme", '"static"']),
+        ({"quant_method": "fp8", "ignored_layers": "lm_head"}, ["ignored_layers", '"lm_head"']),
         ({"quant_method": "fp8", "weight_block_size": [128, 100]}, ["weight_block_size"]),
     ],
 )

@@ -5,7 +5,12 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
   quant_method "fp8"   Qwen's / DeepSeek's block FP8 (transformers' `FineGrainedFP8Config`):
                        `fmt: e4m3`, `activation_scheme: dynamic`, `weight_block_size: [bn, bk]`,
                        `modules_to_not_convert` (transformers' matching: prefix, regex or suffix;
-                       absent, the head stays dense as transformers keeps it)
+                       absent, the head stays dense as transformers keeps it); and per-tensor
+                       FP8, `weight_block_size` null or absent: transformers' (one
+                       `weight_scale_inv` a module) and AutoFP8's (`weight_scale`, the head in
+                       `ignored_layers`), activations "dynamic" or "static" (a stored
+                       per-tensor `activation_scale` / `input_scale`, checked but not applied:
+                       the engine runs the activations in the model dtype, as for dynamic)
   quant_method "gptq"  GPTQ (AutoGPTQ / GPTQModel): `bits` 4 or 8, `group_size` (-1: one group
                        per row), `sym`, `desc_act`, `checkpoint_format` / `format` "gptq" (v1,
                        zeros stored minus one) or "gptq_v2"; `lm_head` (the head quantized too),
@@ -32,8 +37,8 @@ Three published weight-only layouts are read (docs/quantization.md has their ten
 `model.layers.3.self_attn.q_proj` or `lm_head`) is stored: a `ModuleSpec`, or None for a dense
 module. Anything these formats can say that the kernels do not run is a `CheckpointError` of
 one line naming the field and its value (2- and 3-bit GPTQ, AWQ GEMV or zero_point false, FP8
-e5m2 or static activation scales, compressed-tensors' NVFP4, MXFP4 or sparse formats,
-bitsandbytes, ...).
+e5m2 or an FP8 KV cache, compressed-tensors' NVFP4, MXFP4 or sparse formats, bitsandbytes,
+...).
 
 `raw` keeps the dict as read, so that `ModelConfig.to_hf_dict` writes it back unchanged.
 """
@@ -65,7 +70,9 @@ HEAD = "lm_head"
 class ModuleSpec:
     """How one linear module is stored.
 
-    method "fp8": float8_e4m3fn weight + float scales per (block_n x block_k) block.
+    method "fp8": float8_e4m3fn weight + float scales per (block_n x block_k) block, or one
+    scale a module (block (CT_WHOLE, CT_WHOLE): per-tensor FP8); `act_scale`: a per-tensor
+    activation scale is stored beside it (static activations), checked and not applied.
     method "gptq"/"awq": `bits`-bit integers with a scale and zero point per group of
     `group_size` input columns (-1: the whole row); `sym` GPTQ zeros are 2**(bits-1);
     `desc_act` GPTQ stores a `g_idx` that may be any grouping of the columns.
@@ -81,15 +88,15 @@ class ModuleSpec:
     desc_act: bool = False
     block: tuple[int, int] = (0, 0)  # fp8: (rows, columns) per scale
     zero_offset: int = 0  # stored zero + offset = zero point (GPTQ v1: 1)
+    act_scale: bool = False  # fp8: a static activation scale stored per module
 
     @property
     def label(self) -> str:
         """Short name for tables: `fp8-b128x128`, `int4-g128`, `int8-g-1-asym`."""
-        if self.method == "fp8":
-            return f"fp8-b{self.block[0]}x{self.block[1]}"
-        if self.method == "ct-fp8":
+        if self.method in ("fp8", "ct-fp8"):
             named = {(1, CT_WHOLE): "channel", (CT_WHOLE, CT_WHOLE): "tensor"}
-            return f"fp8-{named.get(self.block, f'b{self.block[0]}x{self.block[1]}')}"
+            text = f"fp8-{named.get(self.block, f'b{self.block[0]}x{self.block[1]}')}"
+            return text + ("-static" if self.act_scale else "")
         text = f"int{self.bits}-g{self.group_size}"
         if not self.sym:
             text += "-asym"
@@ -169,15 +176,20 @@ def _parse_fp8(d: dict[str, Any], where: str) -> QuantConfig:
     if fmt not in FP8_FORMATS:
         raise CheckpointError(f"{where}.fmt {_show(fmt)} is not supported (e4m3)")
     scheme = d.get("activation_scheme", "dynamic")
-    if scheme != "dynamic":
+    if scheme not in ("dynamic", "static"):
         raise CheckpointError(
-            f"{where}.activation_scheme {_show(scheme)} is not supported (dynamic: the "
-            "weights alone are quantized)"
+            f"{where}.activation_scheme {_show(scheme)} is not supported (dynamic, static: the "
+            "activations run in the model dtype either way)"
+        )
+    if d.get("kv_cache_scheme") is not None:
+        raise CheckpointError(
+            f"{where}.kv_cache_scheme {_show(d.get('kv_cache_scheme'))} is not supported (an "
+            "FP8 KV cache; the engine's cache is in the model dtype)"
         )
     if d.get("scale_fmt") not in (None, "float"):
         raise CheckpointError(f"{where}.scale_fmt {_show(d.get('scale_fmt'))} is not supported")
     block = d.get("weight_block_size")
-    ok = (
+    ok = block is None or (
         isinstance(block, list)
         and len(block) == 2
         and all(_is_int(b) and b > 0 for b in block)
@@ -187,12 +199,15 @@ def _parse_fp8(d: dict[str, Any], where: str) -> QuantConfig:
     if not ok:
         raise CheckpointError(
             f"{where}.weight_block_size {_show(block)} is not supported ([rows, columns] with "
-            "columns a power of two in 16..1024; per-tensor FP8 is not read)"
+            "columns a power of two in 16..1024, or null: one scale a module)"
         )
-    assert isinstance(block, list)
-    spec = ModuleSpec("fp8", 8, block=(int(block[0]), int(block[1])))
-    skip = _names(d.get("modules_to_not_convert"), f"{where}.modules_to_not_convert")
-    listed = d.get("modules_to_not_convert") is not None
+    # null or absent: per-tensor scales, as AutoFP8 and vLLM read it
+    shape = (CT_WHOLE, CT_WHOLE) if block is None else (int(block[0]), int(block[1]))
+    spec = ModuleSpec("fp8", 8, block=shape, act_scale=scheme == "static")
+    # AutoFP8 (and MiniMax) name the modules kept dense `ignored_layers`, as transformers reads
+    key = "modules_to_not_convert" if "modules_to_not_convert" in d else "ignored_layers"
+    skip = _names(d.get(key), f"{where}.{key}")
+    listed = d.get(key) is not None
     return QuantConfig("fp8", spec, modules_to_not_convert=skip, head=listed, raw=dict(d))
 
 

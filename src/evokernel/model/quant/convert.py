@@ -53,8 +53,8 @@ def fp8_module(
 def ct_fp8_module(
     prefix: str, weight: torch.Tensor, scale: torch.Tensor, spec: ModuleSpec
 ) -> Fp8Weight:
-    """compressed-tensors float-quantized: w = weight * scale, the scale per row (channel),
-    per module (tensor) or per block."""
+    """compressed-tensors float-quantized (and per-tensor FP8 of quant_method "fp8"): w =
+    weight * scale, the scale per row (channel), per module (tensor) or per block."""
     N, K = weight.shape
     b = CT_FP8_BLOCK
     if spec.block == (1, CT_WHOLE):

@@ -4,6 +4,8 @@ A linear module with HF prefix P ([N, K] = [out_features, in_features]) is store
 
   fp8   P.weight            F8_E4M3          [N, K]
         P.weight_scale_inv  F32 | BF16 | F16 [ceil(N / bn), ceil(K / bk)]
+        per tensor: P.weight_scale_inv (transformers) or P.weight_scale (AutoFP8), one
+        value ([] or [1]); static activations: P.activation_scale or P.input_scale, likewise
   gptq  P.qweight           I32  [K / p, N]   p = 32 / bits values per int32, along K
         P.qzeros            I32  [G, N / p]   packed along N; v1 stores zero - 1
         P.scales            F16 | BF16 | F32 [G, N]      G = ceil(K / group_size)
@@ -29,7 +31,8 @@ A linear module with HF prefix P ([N, K] = [out_features, in_features]) is store
                                               ceil(K / bk)] block
 
 (AutoGPTQ `QuantLinear.pack`, AutoAWQ `WQLinear_GEMM.from_linear`, transformers'
-`FineGrainedFP8` integration, compressed-tensors' `PackedQuantizationCompressor` and
+`FineGrainedFP8` integration, AutoFP8's `save_quantized_model`, compressed-tensors'
+`PackedQuantizationCompressor` and
 `pack_to_int32`, `FloatQuantizationCompressor`.) Every other tensor is as in a dense checkpoint
 (`weights.hf_shapes`). A module whose shape a layout cannot hold (GPTQ needs K and N
 multiples of p; AWQ needs K a multiple of the group and N of 8) is refused in one line.
@@ -40,6 +43,7 @@ parts of one projection must be stored alike: all dense or all in one `ModuleSpe
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 from evokernel.errors import CheckpointError
@@ -139,10 +143,16 @@ def module_tensors(
         return {f"{P}.weight": ((N, K), ())}  # () = the dense dtypes
     if spec.method == "fp8":
         bn, bk = spec.block
-        return {
-            f"{P}.weight": ((N, K), ("F8_E4M3",)),
-            f"{P}.weight_scale_inv": ((cdiv(N, bn), cdiv(K, bk)), SCALE_DTYPES),
+        fp8: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+            f"{P}.weight": ((N, K), ("F8_E4M3",))
         }
+        if spec.block == (CT_WHOLE, CT_WHOLE):
+            fp8[fp8_scale_name(P, present)] = ((), SCALE_DTYPES)
+        else:
+            fp8[f"{P}.weight_scale_inv"] = ((cdiv(N, bn), cdiv(K, bk)), SCALE_DTYPES)
+        if spec.act_scale:
+            fp8[fp8_act_scale_name(P, present)] = ((), SCALE_DTYPES)
+        return fp8
     if spec.method == "ct-fp8":
         bn, bk = spec.block
         scale = (1,) if spec.block == (CT_WHOLE, CT_WHOLE) else (cdiv(N, bn or N), cdiv(K, bk or K))
@@ -204,6 +214,21 @@ def module_tensors(
         f"{P}.qzeros": ((K // gs, N // 8), INT_DTYPES),
         f"{P}.scales": ((K // gs, N), SCALE_DTYPES),
     }
+
+
+def fp8_scale_name(prefix: str, present: Container[str]) -> str:
+    """A per-tensor FP8 module's weight scale: AutoFP8's `weight_scale` where the checkpoint
+    holds one, else transformers' `weight_scale_inv` (the same multiplier either way)."""
+    name = f"{prefix}.weight_scale"
+    return name if name in present else f"{prefix}.weight_scale_inv"
+
+
+def fp8_act_scale_name(prefix: str, present: Container[str]) -> str:
+    """A static FP8 module's activation scale: AutoFP8's `input_scale` where the checkpoint
+    holds one or names its weight scale as AutoFP8 does, else transformers'
+    `activation_scale`."""
+    autofp8 = f"{prefix}.input_scale" in present or f"{prefix}.weight_scale" in present
+    return f"{prefix}.input_scale" if autofp8 else f"{prefix}.activation_scale"
 
 
 def quantized_tensors(

@@ -20,6 +20,7 @@ import torch
 from evokernel.errors import CheckpointError
 from evokernel.model.checkpoint import Checkpoint
 from evokernel.model.finite import FiniteCheck
+from evokernel.model.quant.config import CT_WHOLE
 from evokernel.model.quant.convert import (
     awq_module,
     ct_fp8_module,
@@ -28,7 +29,14 @@ from evokernel.model.quant.convert import (
     fp8_module,
     gptq_module,
 )
-from evokernel.model.quant.layout import PROJECTION_PARTS, Module, head_module, layer_modules
+from evokernel.model.quant.layout import (
+    PROJECTION_PARTS,
+    Module,
+    fp8_act_scale_name,
+    fp8_scale_name,
+    head_module,
+    layer_modules,
+)
 from evokernel.model.quant.packed import concat
 from evokernel.model.safetensors_io import TensorMap
 from evokernel.model.weights import LayerWeights, ModelWeights, PackedWeight, Weight
@@ -141,6 +149,11 @@ def _module(reader: _Reader, m: Module) -> PackedWeight:
     spec, P = m.spec, m.prefix
     assert spec is not None
     if spec.method == "fp8":
+        if spec.act_scale:  # static activations: the scale is checked finite, not applied
+            reader.scales(fp8_act_scale_name(P, reader.ckpt.tensors))
+        if spec.block == (CT_WHOLE, CT_WHOLE):  # one scale a module, as compressed-tensors'
+            scale = reader.scales(fp8_scale_name(P, reader.ckpt.tensors))
+            return ct_fp8_module(P, reader.raw(f"{P}.weight"), scale, spec)
         return fp8_module(
             P, reader.raw(f"{P}.weight"), reader.scales(f"{P}.weight_scale_inv"), spec
         )

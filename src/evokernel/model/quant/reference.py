@@ -26,7 +26,8 @@ import torch
 
 from evokernel.model.checkpoint import SINGLE_FILE, inspect_checkpoint
 from evokernel.model.config import ModelConfig, read_json_object
-from evokernel.model.quant.layout import all_modules
+from evokernel.model.quant.config import CT_WHOLE
+from evokernel.model.quant.layout import all_modules, fp8_scale_name
 from evokernel.model.safetensors_io import TensorMap, TensorSpec, write_file
 
 AWQ_NIBBLE_OF_COLUMN = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a word sits in nibble [j]
@@ -170,6 +171,9 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
             return read(spec.name).float()
         s = m.spec
         assert s is not None
+        if s.method == "fp8" and s.block == (CT_WHOLE, CT_WHOLE):  # one scale a module
+            scale = read(fp8_scale_name(prefix, ckpt.tensors))
+            return read(f"{prefix}.weight").float() * scale.float().reshape(())
         if s.method == "fp8":
             return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
         if s.method == "ct-fp8":
