@@ -48,6 +48,18 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# the engine's projections and the HF modules packed into each, in row order
+PARTS = {
+    "qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "o_proj": ("self_attn.o_proj",),
+    "gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "down_proj": ("mlp.down_proj",),
+}
+
+
+def projection(ref: dict[str, torch.Tensor], layer: int, field: str) -> torch.Tensor:
+    """A writer's dense values of projection `field` of `layer`, its modules' rows stacked."""
+    return torch.cat([ref[f"model.layers.{layer}.{p}"] for p in PARTS[field]])
 
 
 def _read(src: Path) -> dict[str, torch.Tensor]:

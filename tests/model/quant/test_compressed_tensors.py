@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 pytest.importorskip("compressed_tensors")
 
 from compressed import write_compressed
+from published import PARTS, projection
 
 from evokernel import device as devices
 from evokernel.engine.generate import GenerateOptions, generate
@@ -31,12 +32,6 @@ from evokernel.model.quant.write import QuantizeOptions, write_quantized
 from evokernel.model.random import write_random_checkpoint
 from evokernel.ops.registry import OpSet
 
-PARTS = {
-    "qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "o_proj": ("self_attn.o_proj",),
-    "gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "down_proj": ("mlp.down_proj",),
-}
 INT = {"type": "int", "symmetric": True}
 FP8 = {"num_bits": 8, "type": "float", "symmetric": True}
 TOKEN_FP8 = {**FP8, "strategy": "token", "dynamic": True}
@@ -94,11 +89,10 @@ def test_a_compressed_tensors_checkpoint_loads_as_the_library_dequantizes(writte
     assert cfg.quantization is not None and cfg.quantization.method == "compressed-tensors"
     kind = IntWeight if SCHEMES[name]["weights"]["type"] == "int" else Fp8Weight
     for i in range(cfg.num_hidden_layers):
-        for field, parts in PARTS.items():
+        for field in PARTS:
             got = getattr(w.layers[i], field)
             assert isinstance(got, kind), (field, type(got))
-            want = torch.cat([ref[f"model.layers.{i}.{p}"] for p in parts])
-            assert torch.equal(got.dequantize(torch.float32), want), (name, i, field)
+            assert torch.equal(got.dequantize(torch.float32), projection(ref, i, field)), (name, i)
     assert w.lm_head is w.embed_tokens  # tied, and `ignore: [lm_head]`
     if name.startswith("w"):
         assert (w.layers[0].qkv_proj.zeros is None) == ("asym" not in name)
@@ -415,7 +409,7 @@ def test_other_families_load_and_verify(tmp_path, preset):
     src = write_random_checkpoint(tmp_path / "src", preset, seed=2, dtype="float32")
     ref = write_compressed(src, tmp_path / "q", **SCHEMES["w4a16-g32-asym"])
     _, w = load_model(tmp_path / "q", dtype=torch.float32)
-    want = torch.cat([ref[f"model.layers.1.{p}"] for p in PARTS["qkv_proj"]])
+    want = projection(ref, 1, "qkv_proj")
     assert torch.equal(w.layers[1].qkv_proj.dequantize(torch.float32), want)
     assert (w.layers[1].qkv_bias is not None) == (preset == "tiny-qwen2")
     devices.prepare("cpu")

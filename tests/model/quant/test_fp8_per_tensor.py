@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from published import write_fp8_tensor
+from published import PARTS, projection, write_fp8_tensor
 from safetensors.torch import load_file, save_file
 
 from evokernel import device as devices
@@ -26,12 +26,6 @@ from evokernel.model.quant.packed import Fp8Weight
 from evokernel.model.quant.reference import write_dense_copy
 from evokernel.ops.registry import OpSet
 
-PARTS = {
-    "qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "o_proj": ("self_attn.o_proj",),
-    "gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "down_proj": ("mlp.down_proj",),
-}
 VARIANTS = {  # name -> (naming, static)
     "autofp8-dynamic": ("autofp8", False),
     "autofp8-static": ("autofp8", True),
@@ -58,11 +52,10 @@ def test_per_tensor_fp8_loads_as_its_writer_dequantizes(written, name):
     label = cfg.quantization.default.label
     assert label == ("fp8-tensor-static" if VARIANTS[name][1] else "fp8-tensor")
     for i in range(cfg.num_hidden_layers):
-        for field, parts in PARTS.items():
+        for field in PARTS:
             got = getattr(w.layers[i], field)
             assert isinstance(got, Fp8Weight), (field, type(got))
-            want = torch.cat([ref[f"model.layers.{i}.{p}"] for p in parts])
-            assert torch.equal(got.dequantize(torch.float32), want), (name, i, field)
+            assert torch.equal(got.dequantize(torch.float32), projection(ref, i, field)), (i, field)
     assert w.lm_head is w.embed_tokens  # tied, and the head in ignored_layers
 
 
@@ -181,7 +174,7 @@ def test_a_scale_stored_as_one_element_vector_loads(written, tmp_path):
         (copy / f.name).write_bytes(f.read_bytes())
     _edit_tensors(copy, lambda t: t.update({SCALE: t[SCALE].reshape(1)}))
     _, w = load_model(copy, dtype=torch.float32)
-    want = torch.cat([ref[f"model.layers.0.{p}"] for p in PARTS["qkv_proj"]])
+    want = projection(ref, 0, "qkv_proj")
     assert torch.equal(w.layers[0].qkv_proj.dequantize(torch.float32), want)
 
 

@@ -13,23 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from published import write_awq, write_fp8, write_gptq
+from published import PARTS, projection, write_awq, write_fp8, write_gptq
 
 from evokernel.model.loader import load_model
 from evokernel.model.quant.packed import Fp8Weight, IntWeight
 from evokernel.model.random import write_random_checkpoint
 from evokernel.model.weights import dense
-
-PARTS = {
-    "qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "o_proj": ("self_attn.o_proj",),
-    "gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
-    "down_proj": ("mlp.down_proj",),
-}
-
-
-def _expected(ref: dict[str, torch.Tensor], layer: int, field: str) -> torch.Tensor:
-    return torch.cat([ref[f"model.layers.{layer}.{p}"] for p in PARTS[field]])
 
 
 def _check_all(model_dir: Path, ref: dict[str, torch.Tensor], layers: int = 2) -> None:
@@ -39,7 +28,7 @@ def _check_all(model_dir: Path, ref: dict[str, torch.Tensor], layers: int = 2) -
         for field in PARTS:
             got = getattr(w.layers[i], field)
             assert isinstance(got, (Fp8Weight, IntWeight)), (field, type(got))
-            want = _expected(ref, i, field)
+            want = projection(ref, i, field)
             assert torch.equal(got.dequantize(torch.float32), want), (i, field)
     if "lm_head" in ref:
         assert torch.equal(w.lm_head.dequantize(torch.float32), ref["lm_head"])
