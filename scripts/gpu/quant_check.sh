@@ -34,6 +34,11 @@
 #                                          `verify` on each, then one `bench decode` at
 #                                          positions 1, 1,024 and 8,192 with bf16 and the GPTQ
 #                                          INT4 checkpoint of `quick`: about 4 minutes
+#   scripts/gpu/quant_check.sh fp8-tensor  random Qwen3-0.6B as per-tensor FP8 in AutoFP8's
+#                                          layout with static scales (the tests' independent
+#                                          writer, tests/model/quant/published.py): `verify`,
+#                                          then `bench decode` at positions 1 and 1,024 with
+#                                          bf16: about 2 minutes
 #   scripts/gpu/quant_check.sh launch-bench  one `bench decode` run: bf16, the headline
 #                                          formats, and each with the pack `launches` wrote
 #                                          (in $PACKS, default $OUT) at positions inside each
@@ -123,6 +128,23 @@ ct() {
     --quantized "$CKPT/q06-ct-w4a16-hint8" --quantized "$CKPT/q06-int4-hint8" \
     --quantized "$CKPT/q06-ct-w8a16" --quantized "$CKPT/q06-ct-fp8-hfp8" \
     --out "$OUT/quant_bench_ct.json" 2>&1 | tee "$OUT/quant_bench_ct.log"
+}
+
+# fp8-tensor: per-tensor FP8 as AutoFP8 writes it (no `quantize` layout writes it)
+fp8-tensor() {
+  local base=$CKPT/q06-bf16 q=$CKPT/q06-autofp8-static
+  [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \
+    || return 1
+  if [ ! -f "$q/config.json" ]; then
+    PYTHONPATH=$PWD/tests/model/quant:$PYTHONPATH "$PY" -c "from pathlib import Path
+from published import write_fp8_tensor
+write_fp8_tensor(Path('$base'), Path('$q'), 'autofp8', static=True)" || return 1
+  fi
+  "${EK[@]}" verify --model "$q" --device cuda --reference "$base" 2>&1 \
+    | tee "$OUT/verify_q06-autofp8-static.log" | tail -3
+  "${EK[@]}" bench decode --model "$base" --positions 1,1024 --baselines evokernel \
+    --quantized "$q" --out "$OUT/quant_bench_fp8_tensor.json" 2>&1 \
+    | tee "$OUT/quant_bench_fp8_tensor.log"
 }
 
 # launches: tune each quantized checkpoint; the pack's table is the last lines of each log
