@@ -2,13 +2,14 @@
 published layout that the engine and other loaders read (model/quant/write.py).
 
     evokernel quantize --model DIR --out DIR --format fp8|int8|int4 [--group-size N]
-        [--head bf16|int8|int4|fp8] [--layout gptq|awq|compressed-tensors] [--asym]
+        [--head bf16|int8|int4|fp8] [--layout gptq|awq|compressed-tensors|autofp8] [--asym]
         [--shard-gb X] [--json]
 
 Round to nearest, no calibration. fp8: Qwen's block FP8 (128x128 scales); int8 and int4:
 GPTQ (v1, symmetric unless --asym; --group-size default 128, -1 for one group per row), or
 AWQ's GEMM layout for int4 (--layout awq). --layout compressed-tensors writes any of them as
-llm-compressor does (pack-quantized ints, FP8 blocks). --head bf16 keeps the head dense in
+llm-compressor does (pack-quantized ints, FP8 blocks); --layout autofp8 writes fp8 with one
+scale a module, as AutoFP8 does (vLLM reads it). --head bf16 keeps the head dense in
 the checkpoint's dtype (tied if it was); int8 or int4 (GPTQ, compressed-tensors) and fp8
 (FP8) quantize it on its own, the embedding staying dense. The tokenizer, chat template and
 generation config are copied. `--json` ends stdout with one JSON line (the summary).
@@ -26,7 +27,7 @@ ORDER = 15
 # quantization_config keys the summary line names (a compressed-tensors body's group's)
 SUMMARY_KEYS = (
     "format", "bits", "num_bits", "strategy", "group_size", "sym", "symmetric",
-    "block_structure", "weight_block_size", "lm_head", "dynamic",
+    "block_structure", "weight_block_size", "lm_head", "dynamic", "activation_scheme",
 )  # fmt: skip
 CT_KEYS = ("num_bits", "strategy", "group_size", "symmetric", "block_structure")
 
@@ -37,9 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a weight-only quantized checkpoint (FP8, GPTQ int8/int4, AWQ int4)",
         description=(
             "Quantize a dense checkpoint's projections by round to nearest and write them in "
-            "a published layout (Qwen's FP8 blocks, GPTQ, AWQ GEMM, compressed-tensors), with "
-            "config, tokenizer "
-            "and chat template copied. The head's format is your choice (--head): it is a "
+            "a published layout (Qwen's FP8 blocks, GPTQ, AWQ GEMM, compressed-tensors, "
+            "AutoFP8's per-tensor FP8), with config, tokenizer and chat template copied. The head's format is your choice (--head): it is a "
             "quarter of Qwen3-0.6B's bytes."
         ),
     )
@@ -61,10 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=("gptq", "awq", "compressed-tensors"),
+        choices=("gptq", "awq", "compressed-tensors", "autofp8"),
         help="int8/int4: gptq (default), awq (int4, bf16 head only) or compressed-tensors "
-        "(llm-compressor's pack-quantized); fp8: Qwen's FP8 blocks (default) or "
-        "compressed-tensors",
+        "(llm-compressor's pack-quantized); fp8: Qwen's FP8 blocks (default), "
+        "compressed-tensors, or autofp8 (one scale a module, as AutoFP8 writes and vLLM "
+        "reads it)",
     )
     p.add_argument(
         "--asym", action="store_true", help="gptq, compressed-tensors: asymmetric zero points"

@@ -4,7 +4,8 @@
 published.py, with dynamic and static activations. Each loads into FP8 weights that
 dequantize to exactly the writer's values; transformers itself reads its own variant as the
 same weights; the verify reference dequantizes them by its own path; `verify` passes and
-`generate` runs; an FP8 KV cache and broken scales are refused in one line."""
+`generate` runs; an FP8 KV cache and broken scales are refused in one line. `quantize
+--layout autofp8` writes what AutoFP8's own quantizer would."""
 
 from __future__ import annotations
 
@@ -185,3 +186,51 @@ def test_model_info_names_per_tensor_fp8(written, capsys):
     assert main(["model", "info", str(path)]) == 0
     out = capsys.readouterr().out
     assert "quantized   fp8 fp8-tensor-static, head dense" in out
+
+
+@pytest.mark.parametrize("head", ["bf16", "fp8"])
+def test_quantize_writes_autofp8_as_its_quantizer_would(tiny_dir, tmp_path, head):
+    """Each module: AutoFP8's `per_tensor_quantize` of the source weight (recomputed here in
+    float32: scale = 448 / amax, weight = clamp(w x scale) in e4m3, `weight_scale` = 1 /
+    scale), the config as its `save_quantized_model` writes it; the result loads, and a head
+    asked for in FP8 is quantized the same way (untied from the embedding)."""
+    from evokernel.cli import main
+
+    out = tmp_path / "q"
+    argv = ["quantize", "--model", str(tiny_dir), "--out", str(out), "--format", "fp8"]
+    assert main([*argv, "--layout", "autofp8", "--head", head]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quantization_config"] == {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "ignored_layers": [] if head == "fp8" else ["lm_head"],
+    }
+    source = load_file(str(tiny_dir / "model.safetensors"))
+    written = load_file(str(out / "model.safetensors"))
+    modules = [n[: -len(".weight_scale")] for n in written if n.endswith(".weight_scale")]
+    assert len(modules) == 7 * 2 + (head == "fp8")
+    for m in modules:
+        w = source[m + ".weight" if m != "lm_head" else "model.embed_tokens.weight"].float()
+        scale = 448.0 / w.abs().max().clamp(min=1e-12)
+        assert torch.equal(written[m + ".weight_scale"], scale.reciprocal()), m
+        q = (w * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        assert torch.equal(written[m + ".weight"].view(torch.uint8), q.view(torch.uint8)), m
+        assert written[m + ".weight_scale"].shape == ()
+    _, weights = load_model(out, dtype=torch.float32)
+    assert isinstance(weights.layers[0].qkv_proj, Fp8Weight)
+    assert isinstance(weights.lm_head, Fp8Weight) == (head == "fp8")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton kernels under the interpreter")
+def test_quantize_as_autofp8_then_verify_against_the_original(tiny_dir, tmp_path):
+    from evokernel.model.quant.write import QuantizeOptions, write_quantized
+
+    out = tmp_path / "q"
+    write_quantized(tiny_dir, out, QuantizeOptions("fp8", head="fp8", layout="autofp8"))
+    devices.prepare("cpu")
+    result = verify(
+        out, device="cpu", ops=OpSet.triton(pdl=False), steps=3, prompt=PROMPT,
+        reference=tiny_dir,
+    )  # fmt: skip
+    assert result.passed, result.reason
+    assert result.quantization is not None and result.quantization.startswith("fp8 fp8-tensor")

@@ -1,6 +1,7 @@
 """Dense weights -> the published tensors of each layout, by round to nearest (no calibration).
 
     fp8_block(w, (128, 128))        -> weight F8_E4M3 [N, K], weight_scale_inv F32
+    fp8_tensor(w)                   -> weight F8_E4M3 [N, K], weight_scale F32 [] (AutoFP8)
     int_groups(w, bits, gs, sym)    -> q [N, K] in 0..2**bits-1, scales F16 [N, G], zeros [N, G]
     gptq_tensors(q, scales, zeros, bits, gs)  -> qweight, qzeros (v1: zero - 1), scales, g_idx
     awq_tensors(q, scales, zeros)   -> qweight, qzeros, scales (AutoAWQ GEMM order)
@@ -11,7 +12,10 @@
 FP8 follows transformers' `Fp8Quantize`: per block, scale = amax / 448 (1 for an all-zero
 block), weight = clamp(w / scale, -448, 448) cast to e4m3 (round to nearest even), and the
 stored `weight_scale_inv` is that scale (dequantization multiplies by it). Partial blocks at
-the right and bottom edges take the amax of the values they hold.
+the right and bottom edges take the amax of the values they hold. Per tensor follows
+AutoFP8's `per_tensor_quantize`: scale = 448 / max(amax, 1e-12) over the whole weight, weight
+= clamp(w x scale, -448, 448) cast to e4m3, stored `weight_scale` = 1 / scale (float32),
+computed here in float32 throughout.
 
 Integers follow the min-max quantizer of GPTQ (`Quantizer.find_params`) without its Hessian
 updates: per group of `gs` input columns, xmin = min(w, 0) and xmax = max(w, 0) (symmetric:
@@ -42,6 +46,13 @@ def fp8_block(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, to
     q = (tiles / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     q = q.view(SN * bn, SK * bk)[:N, :K].to(FP8_DTYPE)
     return q.contiguous(), scale.contiguous()
+
+
+def fp8_tensor(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x = w.float()
+    scale = FP8_MAX / x.abs().amax().clamp(min=1e-12)
+    q = (x * scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q.contiguous(), scale.reciprocal()
 
 
 def int_groups(

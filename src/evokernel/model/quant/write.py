@@ -19,6 +19,8 @@
 |          |        | width, ignore [lm_head] for a bf16 head (llm-compressor's W4A16/W8A16)|
 | fp8      | compressed-tensors | format naive-quantized, FP8 weights in 128x128 blocks (the    |
 |          |        | block strategy), no activation quantization                           |
+| fp8      | autofp8| quant_method fp8, activation_scheme dynamic, ignored_layers [lm_head] |
+|          |        | unless the head is fp8; one `weight_scale` a module (AutoFP8, vLLM)   |
 
 Every value is rounded to nearest (quantize.py); nothing is calibrated, and the config's
 `meta` (GPTQ) says so. The head: `bf16` keeps it dense in the checkpoint's own dtype (and
@@ -48,14 +50,14 @@ from evokernel.errors import ConfigError
 from evokernel.model.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint, inspect_checkpoint
 from evokernel.model.config import ModelConfig, read_json_object
 from evokernel.model.quant import quantize
-from evokernel.model.quant.config import CT, HEAD, ModuleSpec
+from evokernel.model.quant.config import CT, CT_WHOLE, HEAD, ModuleSpec
 from evokernel.model.quant.layout import all_modules, quantized_tensors
 from evokernel.model.safetensors_io import STORAGE_DTYPES, TensorMap, TensorSpec, write_file
 
 FORMATS = ("fp8", "int8", "int4")
 HEADS = ("bf16", "int8", "int4", "fp8")
 HEAD_BITS = {"int8": 8, "int4": 4}
-LAYOUTS = ("gptq", "awq", CT)
+LAYOUTS = ("gptq", "awq", CT, "autofp8")
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
 METADATA = {"format": "pt", "generator": "evokernel quantize"}
@@ -87,13 +89,15 @@ class QuantizeOptions:
         layout = self.resolved_layout
         if layout not in (*LAYOUTS, "fp8") or (layout == "awq" and self.format != "int4"):
             raise ConfigError(f"--layout {self.layout}: {self.format} is written as gptq")
-        if self.format == "fp8" and self.layout not in (None, CT):
+        if (self.format == "fp8") != (layout in ("fp8", "autofp8")) and layout != CT:
             raise ConfigError(
-                f"--layout {self.layout}: fp8 is written as Qwen's FP8 blocks (no --layout) or "
-                "as compressed-tensors"
+                f"--layout {self.layout}: fp8 is written as Qwen's FP8 blocks (no --layout), "
+                "as compressed-tensors or as autofp8; int8/int4 as gptq, awq or "
+                "compressed-tensors"
             )
         allowed = {
-            "fp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"), "awq": ("bf16",),
+            "fp8": ("bf16", "fp8"), "autofp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"),
+            "awq": ("bf16",),
             CT: ("bf16", "fp8") if self.format == "fp8" else ("bf16", "int8", "int4"),
         }[layout]  # fmt: skip
         if self.head not in allowed:
@@ -102,7 +106,10 @@ class QuantizeOptions:
                 f"{' or '.join(allowed)} only"
             )
         if self.format == "fp8" and self.group_size is not None:
-            raise ConfigError("--group-size applies to int8 and int4 (fp8 uses 128x128 blocks)")
+            raise ConfigError(
+                "--group-size applies to int8 and int4 (fp8 uses 128x128 blocks, or one scale "
+                "a module with --layout autofp8)"
+            )
         gs = self.group_size
         per = 32 // self.bits
         if gs is not None and not (gs == -1 or (gs > 0 and gs % per == 0)):
@@ -128,6 +135,12 @@ class QuantizeOptions:
         layout = self.resolved_layout
         if layout == CT:
             return self._ct_config()
+        if layout == "autofp8":  # as AutoFP8's save_quantized_model writes it
+            return {
+                "quant_method": "fp8",
+                "activation_scheme": "dynamic",
+                "ignored_layers": [] if self.head == "fp8" else [HEAD],
+            }
         if layout == "fp8":
             return {
                 "quant_method": "fp8",
@@ -226,7 +239,7 @@ def write_quantized(
     if opts.head != "bf16":
         raw["tie_word_embeddings"] = False
     out_cfg = ModelConfig.from_hf_dict(raw, "the quantized config.json")
-    shapes, packed = quantized_tensors(out_cfg, _g_idx_names(out_cfg))  # refuses odd shapes
+    shapes, packed = quantized_tensors(out_cfg, _named(out_cfg))  # refuses odd shapes
     specs = [TensorSpec(n, _dtype(n, packed, ckpt), s) for n, s in shapes.items()]
     out = _prepare(Path(out_dir), src)
     source = _Source(ckpt, out_cfg)
@@ -302,6 +315,9 @@ def _dense_step_bytes(ckpt: Checkpoint) -> int:
 
 
 def _quantize_module(w: torch.Tensor, spec: ModuleSpec) -> dict[str, torch.Tensor]:
+    if spec.method == "fp8" and spec.block == (CT_WHOLE, CT_WHOLE):  # AutoFP8's names
+        weight, scale = quantize.fp8_tensor(w)
+        return {"weight": weight, "weight_scale": scale}
     if spec.method in ("fp8", "ct-fp8"):
         weight, scale = quantize.fp8_block(w, spec.block)
         name = "weight_scale_inv" if spec.method == "fp8" else "weight_scale"
@@ -329,9 +345,16 @@ def _dtype(name: str, packed: dict[str, tuple[str, ...]], ckpt: Checkpoint) -> t
     return STORAGE_DTYPES[PACKED_DTYPES.get(suffix, "I32")]
 
 
-def _g_idx_names(cfg: ModelConfig) -> set[str]:
-    """GPTQ modules get a g_idx (GPTQ writers always store one)."""
-    return {f"{m.prefix}.g_idx" for m in all_modules(cfg) if m.spec and m.spec.method == "gptq"}
+def _named(cfg: ModelConfig) -> set[str]:
+    """The optional tensor names the written layout holds: a GPTQ module's g_idx (GPTQ
+    writers always store one); a per-tensor FP8 module's scale under AutoFP8's name."""
+    names = set()
+    for m in all_modules(cfg):
+        if m.spec is not None and m.spec.method == "gptq":
+            names.add(f"{m.prefix}.g_idx")
+        if m.spec is not None and m.spec.method == "fp8" and m.spec.block == (CT_WHOLE, CT_WHOLE):
+            names.add(f"{m.prefix}.weight_scale")
+    return names
 
 
 def _write_tensors(out: Path, specs: list[TensorSpec], produce: Any, shard_bytes: int) -> list[str]:
