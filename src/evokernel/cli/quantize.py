@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Quantize a dense checkpoint's projections by round to nearest and write them in "
             "a published layout (Qwen's FP8 blocks, GPTQ, AWQ GEMM, compressed-tensors, "
-            "AutoFP8's per-tensor FP8), with config, tokenizer and chat template copied. The head's format is your choice (--head): it is a "
-            "quarter of Qwen3-0.6B's bytes."
+            "AutoFP8's per-tensor FP8), with config, tokenizer and chat template copied. The "
+            "head's format is your choice (--head): it is a quarter of Qwen3-0.6B's bytes."
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="dense checkpoint directory")
