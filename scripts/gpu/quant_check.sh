@@ -130,7 +130,8 @@ ct() {
     --out "$OUT/quant_bench_ct.json" 2>&1 | tee "$OUT/quant_bench_ct.log"
 }
 
-# fp8-tensor: per-tensor FP8 as AutoFP8 writes it (no `quantize` layout writes it)
+# fp8-tensor: per-tensor FP8 as AutoFP8 writes it, with static activation scales (`quantize
+# --layout autofp8` writes the dynamic variant only)
 fp8-tensor() {
   local base=$CKPT/q06-bf16 q=$CKPT/q06-autofp8-static
   [ -f "$base/config.json" ] || "${EK[@]}" model random "$base" --preset qwen3-0.6b --seed 0 \

@@ -30,7 +30,14 @@ def _refused(capsys, argv: list[str]) -> str:
         (["--format", "int4", "--layout", "awq", "--head", "int8"], ["awq layout", "bf16"]),
         (["--format", "int8", "--layout", "awq"], ["--layout awq", "int8 is written as gptq"]),
         (["--format", "fp8", "--layout", "gptq"], ["--layout gptq", "FP8 blocks", "compressed"]),
-        (["--format", "int8", "--layout", "autofp8"], ["--layout autofp8", "int8/int4 as gptq"]),
+        (
+            ["--format", "int8", "--layout", "autofp8"],
+            ["--layout autofp8", "int8 is written as gptq"],
+        ),
+        (
+            ["--format", "fp8", "--layout", "awq"],
+            ["--layout awq", "fp8 is written as", "FP8 blocks"],
+        ),
         (
             ["--format", "fp8", "--layout", "autofp8", "--head", "int4"],
             ["--head int4", "autofp8 layout", "bf16 or fp8"],

@@ -173,7 +173,7 @@ def write_dense_copy(model_dir: str | Path, out: Path) -> Path:
         assert s is not None
         if s.method == "fp8" and s.block == (CT_WHOLE, CT_WHOLE):  # one scale a module
             scale = read(fp8_scale_name(prefix, ckpt.tensors))
-            return read(f"{prefix}.weight").float() * scale.float().reshape(())
+            return ct_fp8_dense(read(f"{prefix}.weight"), scale, s.block)
         if s.method == "fp8":
             return fp8_dense(read(f"{prefix}.weight"), read(f"{prefix}.weight_scale_inv"), s.block)
         if s.method == "ct-fp8":

@@ -57,7 +57,9 @@ from evokernel.model.safetensors_io import STORAGE_DTYPES, TensorMap, TensorSpec
 FORMATS = ("fp8", "int8", "int4")
 HEADS = ("bf16", "int8", "int4", "fp8")
 HEAD_BITS = {"int8": 8, "int4": 4}
-LAYOUTS = ("gptq", "awq", CT, "autofp8")
+# the layouts each format can be written in, its default (no --layout) first
+LAYOUTS_OF = {"fp8": ("fp8", CT, "autofp8"), "int8": ("gptq", CT), "int4": ("gptq", "awq", CT)}
+LAYOUT_NAMES = {"fp8": "Qwen's FP8 blocks (no --layout)", "gptq": "gptq (no --layout)"}
 FP8_BLOCK = (128, 128)
 SHARD_BYTES = 4 << 30
 METADATA = {"format": "pt", "generator": "evokernel quantize"}
@@ -87,13 +89,11 @@ class QuantizeOptions:
         if self.head not in HEADS:
             raise ConfigError(f"--head {self.head!r}: use one of {', '.join(HEADS)}")
         layout = self.resolved_layout
-        if layout not in (*LAYOUTS, "fp8") or (layout == "awq" and self.format != "int4"):
-            raise ConfigError(f"--layout {self.layout}: {self.format} is written as gptq")
-        if (self.format == "fp8") != (layout in ("fp8", "autofp8")) and layout != CT:
+        if layout not in LAYOUTS_OF[self.format]:
+            ways = [LAYOUT_NAMES.get(w, w) for w in LAYOUTS_OF[self.format]]
             raise ConfigError(
-                f"--layout {self.layout}: fp8 is written as Qwen's FP8 blocks (no --layout), "
-                "as compressed-tensors or as autofp8; int8/int4 as gptq, awq or "
-                "compressed-tensors"
+                f"--layout {self.layout}: {self.format} is written as "
+                f"{', '.join(ways[:-1])} or {ways[-1]}"
             )
         allowed = {
             "fp8": ("bf16", "fp8"), "autofp8": ("bf16", "fp8"), "gptq": ("bf16", "int8", "int4"),
