@@ -22,8 +22,9 @@ our loader and kernels compute against values derived here.
         float8_e4m3fn, stored `weight_scale_inv` = 1 / scale; Qwen's FP8 checkpoints keep the
         head and norms out (`modules_to_not_convert`).
   FP8, one scale a module: AutoFP8 `auto_fp8/quantize.py` (neuralmagic/AutoFP8),
-        `per_tensor_quantize`: scale = finfo(e4m3).max / max(|min|, |max|) (amax clamped to
-        >= 1e-12), weight = clamp(w * scale, -448, 448) in float8_e4m3fn, stored
+        `per_tensor_quantize`, in the weight's own dtype as it runs: scale = finfo(e4m3).max
+        / max(|min|, |max|) (amax clamped to >= 1e-12), weight = clamp(w * scale, -448, 448)
+        in float8_e4m3fn, stored
         `weight_scale` = 1 / scale, a 0-dim float32; static activations add `input_scale`
         (0-dim, calibrated); `save_quantized_model` writes `quantization_config`
         {quant_method "fp8", activation_scheme, ignored_layers} and `get_layers_to_ignore`
@@ -267,10 +268,10 @@ def write_fp8_tensor(
     dense: dict[str, torch.Tensor] = {}
     autofp8 = naming == "autofp8"
     for i, name in enumerate(_modules(tensors, head=False)):
-        w = tensors.pop(name + ".weight").float()
+        w = tensors.pop(name + ".weight")  # in its stored dtype, as AutoFP8 quantizes it
         lo, hi = w.aminmax()
         amax = torch.maximum(lo.abs(), hi.abs()).clamp(min=1e-12)
-        scale = 448.0 / amax
+        scale = torch.finfo(torch.float8_e4m3fn).max / amax
         q = (w * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
         inv = scale.float().reciprocal()  # 0-dim
         out[name + (".weight_scale" if autofp8 else ".weight_scale_inv")] = inv

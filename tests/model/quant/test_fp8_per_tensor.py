@@ -190,10 +190,11 @@ def test_model_info_names_per_tensor_fp8(written, capsys):
 
 @pytest.mark.parametrize("head", ["bf16", "fp8"])
 def test_quantize_writes_autofp8_as_its_quantizer_would(tiny_dir, tmp_path, head):
-    """Each module: AutoFP8's `per_tensor_quantize` of the source weight (recomputed here in
-    float32: scale = 448 / amax, weight = clamp(w x scale) in e4m3, `weight_scale` = 1 /
-    scale), the config as its `save_quantized_model` writes it; the result loads, and a head
-    asked for in FP8 is quantized the same way (untied from the embedding)."""
+    """Each module: AutoFP8's `per_tensor_quantize` of the source weight, recomputed here step
+    for step in the checkpoint's bf16 as AutoFP8 runs it (scale = 448 / amax, weight =
+    clamp(w x scale) in e4m3, `weight_scale` = 1 / scale in float32), the config as its
+    `save_quantized_model` writes it; the result loads, and a head asked for in FP8 is
+    quantized the same way (untied from the embedding)."""
     from evokernel.cli import main
 
     out = tmp_path / "q"
@@ -210,9 +211,11 @@ def test_quantize_writes_autofp8_as_its_quantizer_would(tiny_dir, tmp_path, head
     modules = [n[: -len(".weight_scale")] for n in written if n.endswith(".weight_scale")]
     assert len(modules) == 7 * 2 + (head == "fp8")
     for m in modules:
-        w = source[m + ".weight" if m != "lm_head" else "model.embed_tokens.weight"].float()
-        scale = 448.0 / w.abs().max().clamp(min=1e-12)
-        assert torch.equal(written[m + ".weight_scale"], scale.reciprocal()), m
+        w = source[m + ".weight" if m != "lm_head" else "model.embed_tokens.weight"]
+        assert w.dtype == torch.bfloat16
+        lo, hi = w.aminmax()
+        scale = torch.finfo(torch.float8_e4m3fn).max / torch.maximum(lo.abs(), hi.abs())
+        assert torch.equal(written[m + ".weight_scale"], scale.float().reciprocal()), m
         q = (w * scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
         assert torch.equal(written[m + ".weight"].view(torch.uint8), q.view(torch.uint8)), m
         assert written[m + ".weight_scale"].shape == ()

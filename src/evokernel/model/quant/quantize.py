@@ -12,10 +12,10 @@
 FP8 follows transformers' `Fp8Quantize`: per block, scale = amax / 448 (1 for an all-zero
 block), weight = clamp(w / scale, -448, 448) cast to e4m3 (round to nearest even), and the
 stored `weight_scale_inv` is that scale (dequantization multiplies by it). Partial blocks at
-the right and bottom edges take the amax of the values they hold. Per tensor follows
-AutoFP8's `per_tensor_quantize`: scale = 448 / max(amax, 1e-12) over the whole weight, weight
-= clamp(w x scale, -448, 448) cast to e4m3, stored `weight_scale` = 1 / scale (float32),
-computed here in float32 throughout.
+the right and bottom edges take the amax of the values they hold. Per tensor is AutoFP8's
+`per_tensor_quantize` step for step, in the weight's own dtype as it runs (a bf16 checkpoint:
+a bf16 scale and product): scale = 448 / max(amax, 1e-12) over the whole weight, weight =
+clamp(w x scale, -448, 448) cast to e4m3, stored `weight_scale` = 1 / scale in float32.
 
 Integers follow the min-max quantizer of GPTQ (`Quantizer.find_params`) without its Hessian
 updates: per group of `gs` input columns, xmin = min(w, 0) and xmax = max(w, 0) (symmetric:
@@ -49,10 +49,10 @@ def fp8_block(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, to
 
 
 def fp8_tensor(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x = w.float()
-    scale = FP8_MAX / x.abs().amax().clamp(min=1e-12)
-    q = (x * scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return q.contiguous(), scale.reciprocal()
+    lo, hi = w.aminmax()  # in the weight's own dtype, as AutoFP8 computes it
+    scale = FP8_MAX / torch.maximum(lo.abs(), hi.abs()).clamp(min=1e-12)
+    q = (w * scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q.contiguous(), scale.float().reciprocal()
 
 
 def int_groups(
