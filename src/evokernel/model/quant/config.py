@@ -201,7 +201,8 @@ def _parse_fp8(d: dict[str, Any], where: str) -> QuantConfig:
             f"{where}.weight_block_size {_show(block)} is not supported ([rows, columns] with "
             "columns a power of two in 16..1024, or null: one scale a module)"
         )
-    # null or absent: per-tensor scales, as AutoFP8 and vLLM read it
+    # null or absent: per-tensor scales, as AutoFP8 writes it and vLLM's Fp8Config reads it
+    # (`weight_block_size` defaulting to None there; transformers' config defaults to 128x128)
     shape = (CT_WHOLE, CT_WHOLE) if block is None else (int(block[0]), int(block[1]))
     spec = ModuleSpec("fp8", 8, block=shape, act_scale=scheme == "static")
     # AutoFP8 (and MiniMax) name the modules kept dense `ignored_layers`, as transformers reads
