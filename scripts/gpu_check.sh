@@ -12,7 +12,8 @@
 # SERVE_ARGS as its --serve-args; needs the serve extra importable: Starlette, uvicorn,
 # pydantic, prometheus-client, httpx), trees (this tree's engine against $OLD's,
 # scripts/gpu/trees_check.sh), persistent (the experimental persistent decode step against the
-# per-layer one, scripts/gpu/persistent_check.py), and of about 6 minutes each: bench (the decode benchmark's full suite) and throughput (the
+# per-layer one, scripts/gpu/persistent_check.py), rows (the CUDA rows kernel's GPU tests, stages
+# and batched throughput, scripts/gpu/rows_check.sh), and of about 6 minutes each: bench (the decode benchmark's full suite) and throughput (the
 # evaluator's throughput and false rejections over both tasks' knob spaces), and layer (the
 # decode-layer search and kernel packs, scripts/gpu/layer_check.sh: longer than one call).
 # Each writes JSON and a log under $OUT (./out when unset); one failing section does not stop
@@ -72,7 +73,8 @@ for s in "${sections[@]}"; do
              --device cuda --out "$OUT/bench_serve.json" --serve-args "${SERVE_ARGS:-}" ;;
     persistent) checkpoint && run_section persistent $PY scripts/gpu/persistent_check.py \
                   --model "$CKPT" --out "$OUT/persistent.json" ;;
-    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer families batch trees serve persistent)"
+    rows) checkpoint && run_section rows bash scripts/gpu/rows_check.sh ;;
+    *) echo "unknown section $s (env tests engine stages sync evaluator evolve bench throughput layer families batch trees serve persistent rows)"
        exit 2 ;;
   esac
 done

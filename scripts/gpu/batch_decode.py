@@ -1,8 +1,8 @@
 """Batched decode on a CUDA machine: aggregate tok/s of the engine's own `generate` at batch
 sizes 1..64 (CUDA graph, greedy, random prompts of one length), and how often each prompt's
-greedy tokens at batch B equal the same prompt's alone (the rows kernel sums in another order
-than the one-row kernels, so random-weight ties may flip late tokens; the first mismatch
-position is reported).
+greedy tokens at batch B equal the same prompt's alone with the same variant's kernels (the
+Triton rows kernel sums in another order than the one-row kernels, so random-weight ties may
+flip late tokens; the first mismatch position is reported).
 
     PYTHONPATH=src python3 scripts/gpu/batch_decode.py --model DIR [--out FILE.json]
         [--batches 1,2,4,8,16,32,64] [--prompt-len 32] [--new-tokens 128]
@@ -53,13 +53,12 @@ def main(argv: list[str]) -> int:
     vocab = model.cfg.vocab_size
     prompts = torch.randint(0, vocab, (max(batches), args.prompt_len), generator=g).tolist()
     opts = GenerateOptions(max_new_tokens=args.new_tokens, eos_token_ids=())
-    alone = {}
-    for i in range(max(batches)):
-        alone[i] = generate(model, [prompts[i]], opts).tokens[0]
     rows = []
     for variant in args.variants.split(","):
         model.ops = OpSet.triton(tuning=DEFAULT._replace(**VARIANTS[variant]))
         graph._RUNNERS.clear()  # graphs captured with the previous variant's kernels
+        # each prompt alone, with this variant's kernels
+        alone = {i: generate(model, [prompts[i]], opts).tokens[0] for i in range(max(batches))}
         base = None
         for B in batches:
             res = generate(model, prompts[:B], opts)

@@ -6,8 +6,9 @@ a profiler.
 
 FMT:PROJ as bench/quant_kernels.py names them (formats fp8, int8, int4, ...; projections
 qkv, o_proj, gate_up, down, head). Each launch reads its own copy of the weight (four
-copies), so L2 holds none of them, as in a decode step. --rows: the batch (bf16 from 5 rows
-on: the tensor-core rows kernel, kernels/rows.py). Needs CUDA.
+copies), so L2 holds none of them, as in a decode step. --rows: the batch (bf16 from 3 rows
+on: the tensor-core rows kernel, kernels/rows.py); --cuda-rows N: bf16 from N rows on the CUDA
+rows kernel (ops/rows_cuda.py; kernel name rows_mma). Needs CUDA.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> int:
     p.add_argument("--launches", type=int, default=6)
     p.add_argument("--rows", type=int, default=1)
     p.add_argument("--shape", default="qwen3-0.6b", help="bench/quant_kernels.py SHAPES")
+    p.add_argument("--cuda-rows", type=int, default=0, help="DecodeTuning.cuda_rows_min")
     args = p.parse_args()
     from evokernel.bench import quant_kernels as qk
     from evokernel.ops import quant
@@ -36,7 +38,8 @@ def main() -> int:
     fmt, proj = args.spec.split(":")
     N, K = qk.projection_shape(args.shape, proj)
     weights = [qk.make_weight(fmt, N, K) for _ in range(4)]
-    op = qk.make_op(proj, fmt, DEFAULT._replace(pdl=pdl_supported()), args.rows, N, K)
+    tuning = DEFAULT._replace(pdl=pdl_supported(), cuda_rows_min=args.cuda_rows)
+    op = qk.make_op(proj, fmt, tuning, args.rows, N, K)
     for i in range(args.launches):
         op(weights[i % len(weights)])
     torch.cuda.synchronize()

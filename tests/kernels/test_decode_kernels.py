@@ -31,15 +31,22 @@ GEMV_CASES = [(1, 96, 64), (3, 200, 96), (8, 33, 130), (2, 1000, 48), (17, 70, 4
 # norm launched apart, in parts narrower than K's padding and row tiles looped over; and the
 # streaming design (K in pipelined chunks), with its own norm and K split into ragged ranges
 # over up to three programs per column tile, and with the norm launched apart; and the deep
-# ops (K >= 2N) in their own columns and chunks.
+# ops (K >= 2N) in their own columns and chunks. Every path but the default keeps the
+# residual ops off the CUDA rows kernel (tests/kernels/test_rows_cuda.py tests that).
 GEMV_PATHS = {
     "default": decode.DEFAULT,
-    "one-row": decode.DecodeTuning(rows_min=1 << 30),
-    "rows": decode.DecodeTuning(rows_min=2),
+    "one-row": decode.DecodeTuning(rows_min=1 << 30, cuda_rows_min=0),
+    "rows": decode.DecodeTuning(rows_min=2, cuda_rows_min=0),
     "rows-split": decode.DecodeTuning(
-        rows_min=2, rows_block_k=64, rows_tile_bytes=16, rows_whole_k=0, rows_stream=False
+        cuda_rows_min=0,
+        rows_min=2,
+        rows_block_k=64,
+        rows_tile_bytes=16,
+        rows_whole_k=0,
+        rows_stream=False,
     ),
     "rows-fused-split": decode.DecodeTuning(
+        cuda_rows_min=0,
         rows_min=2,
         rows_whole_k=0,
         rows_stream=False,
@@ -51,6 +58,7 @@ GEMV_PATHS = {
         rows_warps=4,
     ),
     "rows-stream": decode.DecodeTuning(
+        cuda_rows_min=0,
         rows_min=2,
         rows_whole_k=0,
         rows_prenorm=0,
@@ -60,9 +68,10 @@ GEMV_PATHS = {
         stream_programs=1 << 10,
     ),
     "rows-stream-prenorm": decode.DecodeTuning(
-        rows_min=2, rows_whole_k=0, stream_block_n=32, stream_block_k=64
+        cuda_rows_min=0, rows_min=2, rows_whole_k=0, stream_block_n=32, stream_block_k=64
     ),
     "rows-stream-deep": decode.DecodeTuning(
+        cuda_rows_min=0,
         rows_min=2,
         rows_whole_k=0,
         stream_block_n=64,
@@ -71,8 +80,9 @@ GEMV_PATHS = {
         stream_deep_k=64,
         stream_deep_programs=1 << 10,
     ),
-    "whole-k": decode.DecodeTuning(rows_min=2, rows_whole_k=256, rows_prenorm=0),
+    "whole-k": decode.DecodeTuning(cuda_rows_min=0, rows_min=2, rows_whole_k=256, rows_prenorm=0),
     "whole-k-parts": decode.DecodeTuning(
+        cuda_rows_min=0,
         rows_min=2,
         rows_whole_k=256,
         rows_whole_k_rows=64,

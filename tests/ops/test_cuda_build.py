@@ -38,7 +38,12 @@ def test_nvcc_is_found_under_cuda_home(tmp_path: Path, monkeypatch) -> None:
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "name,launcher", [("attention_direct", "evk_attention_direct"), ("int4_gemv", "evk_int4_gemv")]
+    "name,launcher",
+    [
+        ("attention_direct", "evk_attention_direct"),
+        ("int4_gemv", "evk_int4_gemv"),
+        ("rows_mma", "evk_rows_mma"),
+    ],
 )
 def test_each_source_builds_and_exports_its_launcher(name, launcher, tmp_path: Path) -> None:
     assert NVCC is not None

@@ -152,6 +152,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda-1k": {"cuda_direct_max": 1024},
     "cuda-cl2": {"cuda_cluster": 2},
     "cuda-cl8": {"cuda_cluster": 8},
+    # The CUDA C++ tensor-core rows kernel (ops/rows_cuda.py; by default o_proj and down from
+    # 2 to 16 rows): off (the Triton rows kernels everywhere), for every projection and the
+    # head from 2 rows, from 1 (batch 1 too), without the head, and so with 4 warps a CTA.
+    "triton-rows": {"cuda_rows_min": 0},
+    "cuda-rows": {"cuda_rows_min": 2, "cuda_rows_norm": True, "cuda_rows_head": True},
+    "cuda-rows-1": {"cuda_rows_min": 1, "cuda_rows_norm": True, "cuda_rows_head": True},
+    "cuda-rows-th": {"cuda_rows_min": 2, "cuda_rows_norm": True},
+    "cuda-rows-w4": {"cuda_rows_min": 2, "cuda_rows_norm": True, "cuda_rows_warps": 4},
     # Batches below rows_min run the one-row CUDA-core kernels.
     "one-row": {"rows_min": 1 << 30},
     # 4-bit checkpoints on the Triton kernels (the table before the CUDA kernel of

@@ -8,9 +8,12 @@ plus a keyword `tuning` (a `DecodeTuning`, ops/tuning.py; the OpSet binds it). R
 Where each call goes:
   * a packed (quantized) projection or head (model/weights.py `PackedWeight`): the format's
     launchers (ops/quant.py), same contracts;
-  * dense projections: ops/layer.py, the launchers the `decode_layer` task's seed is
-    generated from (one-row CUDA-core kernels below `tuning.rows_min` rows, the tensor-core
-    rows kernel from there on);
+  * dense residual projections (and the normed ones with `tuning.cuda_rows_norm`, the head
+    with `cuda_rows_head`) from `tuning.cuda_rows_min` to `cuda_rows_max` rows: the CUDA C++
+    tensor-core kernel where it applies (ops/rows_cuda.py: bf16/fp16, K a multiple of 128,
+    sm_90+, nvcc present); otherwise ops/layer.py, the launchers the `decode_layer`
+    task's seed is generated from (one-row CUDA-core kernels below `tuning.rows_min` rows,
+    the Triton tensor-core rows kernels from there on);
   * the fused attention bounded by <= `tuning.cuda_direct_max` positions (at most 2,048): the
     CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
     head_dim 128, 2 query heads per kv head, q/k norms, bf16/fp16, sm_90+, nvcc present;
@@ -28,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from evokernel.model.weights import PackedWeight, Weight
-from evokernel.ops import attention_cuda, layer, quant
+from evokernel.ops import attention_cuda, layer, quant, rows_cuda
 from evokernel.ops.grid import MAX_ROWS, check_rows
 from evokernel.ops.layer import kept_zeros, next_pow2
 from evokernel.ops.tuning import DEFAULT, DecodeTuning
@@ -66,6 +69,21 @@ def _dense(weight: Weight, K: int, x: torch.Tensor) -> torch.Tensor:
     return weight
 
 
+def _cuda_rows(
+    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None, op: int,
+    tuning: DecodeTuning,
+) -> bool:  # fmt: skip
+    """Whether this call goes to the CUDA rows kernel (ops/rows_cuda.py)."""
+    low = tuning.cuda_rows_min
+    if norm_weight is not None and not tuning.cuda_rows_norm:
+        return False
+    return (
+        bool(low)
+        and low <= x.shape[0] <= tuning.cuda_rows_max
+        and rows_cuda.applies(x, weight, norm_weight, op, tuning.cuda_rows_warps)
+    )
+
+
 def norm_linear(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -81,7 +99,13 @@ def norm_linear(
     assert bias is None or (bias.shape == (N,) and bias.is_contiguous())
     if isinstance(weight, PackedWeight):
         return quant.norm_linear(x, norm_weight, weight, eps, bias, tuning=tuning)
-    return layer.norm_linear(x, norm_weight, _dense(weight, K, x), bias, eps, tuning)
+    dense = _dense(weight, K, x)
+    if _cuda_rows(x, dense, norm_weight, rows_cuda.OP_LINEAR, tuning):
+        y = torch.empty((x.shape[0], N), device=x.device, dtype=x.dtype)
+        rows_cuda.launch(rows_cuda.OP_LINEAR, x, dense, y, norm_weight=norm_weight, eps=eps,
+                         bias=bias, pdl=tuning.pdl, warps=tuning.cuda_rows_warps)  # fmt: skip
+        return y
+    return layer.norm_linear(x, norm_weight, dense, bias, eps, tuning)
 
 
 def linear_residual(
@@ -96,7 +120,12 @@ def linear_residual(
     assert residual.shape == (M, N) and residual.stride(1) == 1 and residual.dtype == x.dtype
     if isinstance(weight, PackedWeight):
         return quant.linear_residual(x, weight, residual, tuning=tuning)
-    return layer.linear_residual(x, _dense(weight, K, x), residual, tuning)
+    dense = _dense(weight, K, x)
+    if _cuda_rows(x, dense, None, rows_cuda.OP_RESIDUAL, tuning):
+        rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, dense, residual, pdl=tuning.pdl,
+                         warps=tuning.cuda_rows_warps)  # fmt: skip
+        return residual
+    return layer.linear_residual(x, dense, residual, tuning)
 
 
 def norm_gate_up_silu(
@@ -112,7 +141,13 @@ def norm_gate_up_silu(
     assert two_i % 2 == 0 and norm_weight.shape == (K,) and norm_weight.dtype == x.dtype
     if isinstance(gate_up, PackedWeight):
         return quant.norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning=tuning)
-    return layer.norm_gate_up_silu(x, norm_weight, _dense(gate_up, K, x), eps, tuning)
+    dense = _dense(gate_up, K, x)
+    if _cuda_rows(x, dense, norm_weight, rows_cuda.OP_GATE_UP, tuning):
+        act = torch.empty((x.shape[0], two_i // 2), device=x.device, dtype=x.dtype)
+        rows_cuda.launch(rows_cuda.OP_GATE_UP, x, dense, act, norm_weight=norm_weight, eps=eps,
+                         pdl=tuning.pdl, warps=tuning.cuda_rows_warps)  # fmt: skip
+        return act
+    return layer.norm_gate_up_silu(x, norm_weight, dense, eps, tuning)
 
 
 def attention_tickets(device: torch.device, n: int) -> torch.Tensor:
@@ -216,6 +251,10 @@ def _head(
     V, K = lm_head.shape
     M = check_rows(x, K)
     assert norm_weight.shape == (K,) and lm_head.stride(1) == 1 and x.dtype == lm_head.dtype
+    if tuning.cuda_rows_head and _cuda_rows(x, lm_head, norm_weight, rows_cuda.OP_HEAD, tuning):
+        rows_cuda.launch(rows_cuda.OP_HEAD, x, lm_head, logits, norm_weight=norm_weight, eps=eps,
+                         keys=keys, pdl=tuning.pdl, warps=tuning.cuda_rows_warps)  # fmt: skip
+        return
     if tuning.rows_min <= M:
         layer._rows(x, norm_weight, lm_head, None, logits, None, keys, eps, V, tuning,
                     norm=True, epilogue=3, write_logits=logits is not None)  # fmt: skip

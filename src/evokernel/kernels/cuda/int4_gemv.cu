@@ -71,6 +71,7 @@ constexpr int F_LOGITS = 16;  // HEAD: write the float32 logits
 constexpr int F_KEYS = 32;    // HEAD: max the argmax key into keys[0]
 
 #include "decode_common.cuh"  // Pair<T> (the dtype's conversions and rounding), warp_sum
+#include "gemv_common.cuh"    // unpack, pack, mma, argmax_key
 
 // The dtype's magic: a nibble OR-ed into MAGIC's mantissa is MAGIC_VALUE + q, exact. bfloat16's
 // MMA takes 128 + q (the sums keep 20 bits past the magic's part: enough for a result rounded
@@ -92,34 +93,6 @@ template <> struct Num<__half> {
 template <typename T>
 __device__ __forceinline__ float rnd(float v) {
   return Pair<T>::rnd(v);
-}
-
-// A 32-bit pair of the dtype from / to two floats.
-template <typename T>
-__device__ __forceinline__ float2 unpack(uint32_t bits) {
-  return Pair<T>::f2(*reinterpret_cast<const typename Pair<T>::V*>(&bits));
-}
-template <typename T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  const typename Pair<T>::V p = Pair<T>::v2(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
-
-// d += A B for one m16n8k16 tile of the dtype, float32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
 }
 
 // A scale's raw bits (loaded early, converted when used). code 0 bfloat16, 1 float16, 2 float32.
@@ -252,14 +225,6 @@ __device__ __forceinline__ T silu_mul(float gate, float up) {
   const float g = rnd<T>(gate);
   const float silu = rnd<T>(g / (1.0f + __expf(-g)));
   return Pair<T>::t(silu * rnd<T>(up));
-}
-
-// kernels/gemv.py `argmax_key`: an int64 ordered as greedy argmax orders (value, row): the
-// larger value first (+0 and -0 equal, a NaN above every number), then the lower row (< 2^24).
-__device__ __forceinline__ unsigned long long argmax_key(float value, int row) {
-  const uint32_t bits = __float_as_uint(value == 0.f ? 0.f : value);
-  const uint32_t ordered = bits >= 0x80000000u ? 0xFFFFFFFFu - bits : bits + 0x80000000u;
-  return (unsigned long long)ordered * 0x1000000ull + (0xFFFFFFull - (unsigned long long)row);
 }
 
 // The group's rows from the warps' sums (red [W][16]), by warp 0's lanes 0..15 (split groups).
@@ -519,17 +484,8 @@ extern "C" int evk_int4_gemv(int dtype, int pdl, void** a, const float* f, const
   const int warps = n[9] < K / CHUNK ? n[9] : K / CHUNK;
   cudaError_t err = cudaSetDevice(n[12]);
   if (err != cudaSuccess) return (int)err;
-  cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(32 * warps);
-  cfg.stream = (cudaStream_t)stream;
   cudaLaunchAttribute attr[1];
-  cfg.attrs = attr;
-  cfg.numAttrs = 0;
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 1;
-  }
+  const cudaLaunchConfig_t cfg = launch_config(32 * warps, stream, pdl, attr);
   const int n_groups = n[0] == OP_GATE_UP ? (n[2] + 7) / 8 : (n[1] + TILE - 1) / TILE;
   const int flags = (n[8] & ~F_PDL) | (pdl ? F_PDL : 0);
   const bool head = n[0] == OP_HEAD;

@@ -17,8 +17,9 @@ So a candidate mutates the engine's real kernels and launch choices, and a test 
 the seed and compares (tests/tasks/test_decode_layer_seed.py): an edit to any copied source
 that is not carried into seed.py fails it, as does an edit to seed.py itself.
 
-What the seed cannot do that the engine does: the CUDA C++ short-context attention
-(`cuda_direct`; built by nvcc at run time, which a sandboxed candidate cannot) and packed
+What the seed cannot do that the engine does: the CUDA C++ kernels (the one-pass attention,
+`cuda_direct`, and the tensor-core rows GEMV, `cuda_rows_*`; built by nvcc at run time, which a
+sandboxed candidate cannot: `ENGINE_ONLY` fields stay out of its knobs) and packed
 (quantized) projections (dispatched to ops/quant.py before ops/layer.py is reached).
 """
 
@@ -45,6 +46,12 @@ SOURCES = (
     "ops/layer.py",
 )
 ROOTS = ("DecodeTuning", "norm_linear", "linear_residual", "norm_gate_up_silu", "attention")
+# DecodeTuning fields of the engine's CUDA C++ kernels (ops/decode.py dispatches to them; the
+# seed's launchers never do): no knobs of the seed, the CUDA attention off in its record.
+ENGINE_ONLY = (
+    "cuda_direct", "cuda_rows_min", "cuda_rows_max", "cuda_rows_warps", "cuda_rows_norm",
+    "cuda_rows_head",
+)  # fmt: skip
 
 # The knobs: DecodeTuning field -> declared values for `tune` (the first one is the seed's
 # value: the engine's default, and PDL on, as the engine runs it wherever the GPU has it).
@@ -257,8 +264,8 @@ def _knob_block() -> str:
 
     lines = ["# EVOLVE-BLOCK-START"]
     for field in DEFAULT._fields:
-        if field == "cuda_direct":
-            continue  # the engine's CUDA kernel: no candidate can build it
+        if field in ENGINE_ONLY:
+            continue  # the engine's CUDA kernels: no candidate can build them
         values = KNOBS.get(field, (getattr(DEFAULT, field),))
         line = f"{field.upper()} = {values[0]!r}"
         if len(values) > 1:
@@ -274,7 +281,7 @@ def _order(value: object) -> tuple[int, float]:
 def _tuning_factory() -> str:
     from evokernel.ops.tuning import DEFAULT
 
-    fields = [f for f in DEFAULT._fields if f != "cuda_direct"]
+    fields = [f for f in DEFAULT._fields if f not in ENGINE_ONLY]
     args = "".join(f"        {f}={f.upper()},\n" for f in fields)
     return (
         "def _tuning():\n"
