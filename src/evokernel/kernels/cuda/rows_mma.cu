@@ -17,10 +17,10 @@
 // whole K. Its W warps split K by chunks (warp w: chunks w, w + W, ...; the launcher gives
 // every warp at most CMAX). Before the PDL wait each lane loads its weight runs (NT x chunks x
 // 4 loads of 16 bytes) and, with NORM, copies its runs of the norm weight into shared memory
-// (cp.async; each lane reads back only its own). After it: with NORM, each row's sum of squares from the lanes' runs,
-// met over the warps in shared memory (one block barrier); then the activation runs (loaded
-// again, from L1), RMS-normalised in registers as transformers rounds (to the dtype before and
-// after the norm weight), and the MMAs. The warps' [16 x 8] sums meet in shared memory (one
+// (cp.async; each lane reads back only its own). After it: with NORM, each row's sum of
+// squares from the lanes' runs, met over the warps in shared memory (one block barrier); then
+// the activation runs (loaded again, from L1), RMS-normalised in registers as transformers
+// rounds (to the dtype before and after the norm weight), and the MMAs. The warps' [16 x 8] sums meet in shared memory (one
 // block barrier) and the CTA's threads finish one output each:
 //   LINEAR    y[b, n] = round(acc + bias[n])                       (qkv: norm_linear)
 //   RESIDUAL  res[b, n] = round(res[b, n] + round(acc))            (o_proj, down_proj)
