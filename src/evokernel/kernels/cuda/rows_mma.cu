@@ -20,8 +20,8 @@
 // (cp.async; each lane reads back only its own). After it: with NORM, each row's sum of
 // squares from the lanes' runs, met over the warps in shared memory (one block barrier); then
 // the activation runs (loaded again, from L1), RMS-normalised in registers as transformers
-// rounds (to the dtype before and after the norm weight), and the MMAs. The warps' [16 x 8] sums meet in shared memory (one
-// block barrier) and the CTA's threads finish one output each:
+// rounds (to the dtype before and after the norm weight), and the MMAs. The warps' [16 x 8]
+// sums meet in shared memory (one block barrier) and the CTA's threads finish one output each:
 //   LINEAR    y[b, n] = round(acc + bias[n])                       (qkv: norm_linear)
 //   RESIDUAL  res[b, n] = round(res[b, n] + round(acc))            (o_proj, down_proj)
 //   GATE_UP   act[b, j] = round(round(silu(round(g))) * round(u))
@@ -235,7 +235,9 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
 #pragma unroll
   for (int t = 0; t < NT; t++)
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) acc[t][mt][0] = acc[t][mt][1] = acc[t][mt][2] = acc[t][mt][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.f;
   if (norm) asm volatile("cp.async.wait_all;" ::: "memory");  // this lane's own copies
 #pragma unroll
   for (int c = 0; c < CMAX; c++) {
