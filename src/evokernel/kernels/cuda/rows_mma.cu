@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
   for (int t = 0; t < NT; t++)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.f;
+      acc[t][mt][0] = acc[t][mt][1] = acc[t][mt][2] = acc[t][mt][3] = 0.f;
   if (norm) asm volatile("cp.async.wait_all;" ::: "memory");  // this lane's own copies
 #pragma unroll
   for (int c = 0; c < CMAX; c++) {
