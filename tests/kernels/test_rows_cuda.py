@@ -65,6 +65,24 @@ def test_plan_splits_k_over_warps_and_fills_the_sms() -> None:
     assert rows_cuda.plan(rows_cuda.OP_GATE_UP, 40, 4096, sms) is None
 
 
+def test_the_default_sends_only_the_residual_ops_from_three_to_sixteen_rows(monkeypatch):
+    seen = []
+    monkeypatch.setattr(rows_cuda, "applies", lambda x, w, n=None, op=0, warps=0: True)
+    monkeypatch.setattr(rows_cuda, "launch", lambda op, *a, **k: seen.append(op))
+    x, w = torch.zeros(8, 128), torch.zeros(16, 128)
+    t = decode.DEFAULT
+    for m, want in ((2, False), (3, True), (16, True), (17, False)):
+        got = decode._cuda_rows(torch.zeros(m, 128), w, None, rows_cuda.OP_RESIDUAL, t)
+        assert got == want, m
+    for op in (rows_cuda.OP_LINEAR, rows_cuda.OP_GATE_UP):
+        assert not decode._cuda_rows(x, w, w[0], op, t)
+        assert decode._cuda_rows(x, w, w[0], op, t._replace(cuda_rows_norm=True))
+    keys = torch.zeros(8, dtype=torch.int64)
+    decode._head(x, w[0], w, 1e-6, None, keys, t._replace(cuda_rows_head=True))
+    assert seen == [rows_cuda.OP_HEAD]  # the head needs only cuda_rows_head
+    assert not decode._cuda_rows(x, w, None, rows_cuda.OP_RESIDUAL, t._replace(cuda_rows_min=0))
+
+
 def test_the_engine_ops_keep_the_triton_kernels_where_it_does_not_apply(device) -> None:
     g = torch.Generator().manual_seed(0)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16

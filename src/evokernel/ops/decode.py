@@ -73,9 +73,10 @@ def _cuda_rows(
     x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None, op: int,
     tuning: DecodeTuning,
 ) -> bool:  # fmt: skip
-    """Whether this call goes to the CUDA rows kernel (ops/rows_cuda.py)."""
+    """Whether this call goes to the CUDA rows kernel (ops/rows_cuda.py): the normed
+    projections only with `tuning.cuda_rows_norm` (the head's caller checks `cuda_rows_head`)."""
     low = tuning.cuda_rows_min
-    if norm_weight is not None and not tuning.cuda_rows_norm:
+    if op in (rows_cuda.OP_LINEAR, rows_cuda.OP_GATE_UP) and not tuning.cuda_rows_norm:
         return False
     return (
         bool(low)
