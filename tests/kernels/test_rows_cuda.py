@@ -1,7 +1,8 @@
 """The CUDA C++ batched decode GEMV (ops/rows_cuda.py, kernels/cuda/rows_mma.cu) vs the torch
 compositions (ops/compose.py) and the Triton kernels, on the shapes it serves: 1..32 rows (one
 row tile and two, rows past M zero), N odd (tiles cut short, the last row clamped), K of 1 to
-64 chunks of 128 (fewer chunks than warps, several a warp, uneven), every op with its
+64 chunks of 128 (fewer chunks than warps, several a warp, uneven; past 32 launched directly,
+as the engine keeps those on Triton), every op with its
 prologue and epilogue (the norm, a bias, the residual in place, SiLU-and-multiply, the head's
 logits and greedy argmax with ties to the lower row), x as a strided view, forced warps, and a
 chain of launches in one CUDA graph with PDL. Where it does not serve (a CPU, float32, a K not
@@ -31,7 +32,6 @@ CASES = [
     (16, 1030, 2048),
     (17, 1024, 3072),
     (32, 264, 4096),
-    (5, 20, 8192),
     (32, 2051, 1024),
     (9, 96, 384),
 ]
@@ -67,7 +67,7 @@ def test_plan_splits_k_over_warps_and_fills_the_sms() -> None:
 
 def test_the_default_sends_only_the_residual_ops_from_three_to_sixteen_rows(monkeypatch):
     seen = []
-    monkeypatch.setattr(rows_cuda, "applies", lambda x, w, n=None, op=0, warps=0: True)
+    monkeypatch.setattr(rows_cuda, "applies", lambda x, w, n=None, op=0, warps=0, most=4: True)
     monkeypatch.setattr(rows_cuda, "launch", lambda op, *a, **k: seen.append(op))
     x, w = torch.zeros(8, 128), torch.zeros(16, 128)
     t = decode.DEFAULT
@@ -133,26 +133,50 @@ def test_the_ops_match_their_compositions_and_triton(case, dtype) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(5, 20, 8192), (9, 70, 6144)])
+def test_shapes_past_the_engines_limit_launched_directly(M, N, K) -> None:
+    """3 and 4 chunks a warp (K past 4,096): the kernel serves them, the engine does not send
+    them (`ENGINE_MAX_CHUNKS`)."""
+    g = torch.Generator().manual_seed(K)
+    x = _randn(M, K, g=g, dtype=torch.bfloat16, scale=2.0)
+    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to("cuda", torch.bfloat16)
+    w = _randn(N, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
+    assert rows_cuda.applies(x, w, norm_w)
+    assert not rows_cuda.applies(x, w, norm_w, most=rows_cuda.ENGINE_MAX_CHUNKS)
+    y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS)
+    assert_close(y, REF.norm_linear(x, norm_w, w, EPS), "y")
+    res = _randn(M, N, g=g, dtype=torch.bfloat16)
+    want = REF.linear_residual(x, w, res.clone())
+    rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res)
+    assert_close(res, want, "residual")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("warps", [2, 3, 4, 8])
 def test_every_warp_count_gives_the_same_outputs(warps) -> None:
-    """K 1,024 over 2 to 8 warps: 4, 3 (3, 3, 2), 2 and 1 chunks a warp (gate_up's pairs
-    take at most 2: with fewer warps it keeps the Triton kernel)."""
+    """K 1,024 over 2 to 8 warps, launched directly: 4, 3 (3, 3, 2), 2 and 1 chunks a warp
+    (gate_up's pairs take at most 2: with fewer warps the kernel refuses it)."""
     M, N, K = 11, 517, 1024
     g = torch.Generator().manual_seed(warps)
     x = _randn(M, K, g=g, dtype=torch.bfloat16, scale=2.0)
     norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to("cuda", torch.bfloat16)
     w = _randn(N, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
     gu = _randn(2 * 301, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
-    t = CUDA_ROWS._replace(cuda_rows_warps=warps)
     assert rows_cuda.applies(x, w, norm_w, rows_cuda.OP_LINEAR, warps)
+    y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS, warps=warps)
+    assert_close(y, REF.norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")
     assert rows_cuda.applies(x, gu, norm_w, rows_cuda.OP_GATE_UP, warps) == (warps >= 4)
-    assert_close(decode.norm_linear(x, norm_w, w, EPS, tuning=t),
-                 REF.norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")  # fmt: skip
-    assert_close(decode.norm_gate_up_silu(x, norm_w, gu, EPS, tuning=t),
-                 REF.norm_gate_up_silu(x, norm_w, gu, EPS), f"act, {warps} warps")  # fmt: skip
+    if warps >= 4:
+        act = torch.empty(M, 301, device="cuda", dtype=torch.bfloat16)
+        rows_cuda.launch(rows_cuda.OP_GATE_UP, x, gu, act, norm_weight=norm_w, eps=EPS,
+                         warps=warps)  # fmt: skip
+        assert_close(act, REF.norm_gate_up_silu(x, norm_w, gu, EPS), f"act, {warps} warps")
     res = _randn(M, N, g=g, dtype=torch.bfloat16)
     want = REF.linear_residual(x, w, res.clone())
-    assert_close(decode.linear_residual(x, w, res, tuning=t), want, f"residual, {warps} warps")
+    rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res, warps=warps)
+    assert_close(res, want, f"residual, {warps} warps")
 
 
 @pytest.mark.gpu

@@ -10,8 +10,8 @@ Where each call goes:
     launchers (ops/quant.py), same contracts;
   * dense residual projections (and the normed ones with `tuning.cuda_rows_norm`, the head
     with `cuda_rows_head`) from `tuning.cuda_rows_min` to `cuda_rows_max` rows: the CUDA C++
-    tensor-core kernel where it applies (ops/rows_cuda.py: bf16/fp16, K a multiple of 128,
-    sm_90+, nvcc present); otherwise ops/layer.py, the launchers the `decode_layer`
+    tensor-core kernel where it applies (ops/rows_cuda.py: bf16/fp16, K a multiple of 128 up
+    to 4,096, sm_90+, nvcc present); otherwise ops/layer.py, the launchers the `decode_layer`
     task's seed is generated from (one-row CUDA-core kernels below `tuning.rows_min` rows,
     the Triton tensor-core rows kernels from there on);
   * the fused attention bounded by <= `tuning.cuda_direct_max` positions (at most 2,048): the
@@ -81,7 +81,9 @@ def _cuda_rows(
     return (
         bool(low)
         and low <= x.shape[0] <= tuning.cuda_rows_max
-        and rows_cuda.applies(x, weight, norm_weight, op, tuning.cuda_rows_warps)
+        and rows_cuda.applies(
+            x, weight, norm_weight, op, tuning.cuda_rows_warps, rows_cuda.ENGINE_MAX_CHUNKS
+        )
     )
 
 

@@ -57,6 +57,9 @@ MAX_ROWS = 32  # activation rows a launch takes (two row tiles of 16)
 TILE = 8  # weight rows of a tile (an MMA's N)
 BUILT = {1: (1, 2, 4), 2: (1, 2)}  # tiles a CTA -> chunks a warp at most, as compiled
 TWO_TILE_WARPS = 8  # two tiles a CTA: at most this many warps (their launch bounds)
+# The engine's calls take at most 2 chunks a warp (K <= 4,096), the shapes measured; 4 chunks a
+# warp (to K 8,192) spill registers and were not timed.
+ENGINE_MAX_CHUNKS = 2
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 
 
@@ -109,12 +112,12 @@ def _aligned_rows(t: torch.Tensor) -> bool:
 
 def applies(
     x: torch.Tensor, weight: object, norm_weight: torch.Tensor | None = None,
-    op: int = OP_LINEAR, warps: int = 0,
+    op: int = OP_LINEAR, warps: int = 0, most: int = 4,
 ) -> bool:  # fmt: skip
     """Whether the CUDA kernel serves this call: 1..MAX_ROWS rows of x in bfloat16 or float16
     on an sm_90+ device, a dense weight of the same dtype whose shape `plan` takes (with
-    `warps`), x's rows, the weight's rows and the norm weight (if any) 16-byte aligned, a
-    built library."""
+    `warps`, and at most `most` chunks a warp), x's rows, the weight's rows and the norm
+    weight (if any) 16-byte aligned, a built library."""
     if not isinstance(weight, torch.Tensor) or x.device.type != "cuda" or x.dim() != 2:
         return False
     if not 1 <= x.shape[0] <= MAX_ROWS or x.dtype not in DTYPES or weight.dtype != x.dtype:
@@ -128,7 +131,8 @@ def applies(
     if torch.cuda.get_device_capability(x.device) < (9, 0):
         return False
     N, K = weight.shape
-    if plan(op, N // 2 if op == OP_GATE_UP else N, K, _sms(x.device), warps) is None:
+    split = plan(op, N // 2 if op == OP_GATE_UP else N, K, _sms(x.device), warps)
+    if split is None or split.cmax > most:
         return False
     return library(x.device) is not None
 
