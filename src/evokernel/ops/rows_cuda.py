@@ -56,6 +56,7 @@ MAX_WARPS = 16  # a CTA's warps at most (kernels/cuda/rows_mma.cu MAX_WARPS)
 MAX_ROWS = 32  # activation rows a launch takes (two row tiles of 16)
 TILE = 8  # weight rows of a tile (an MMA's N)
 BUILT = {1: (1, 2, 4), 2: (1, 2)}  # tiles a CTA -> chunks a warp at most, as compiled
+MAX_CHUNKS = max(BUILT[1])  # chunks a warp the widest build takes
 TWO_TILE_WARPS = 8  # two tiles a CTA: at most this many warps (their launch bounds)
 # The engine's calls take at most 2 chunks a warp (K <= 4,096), the shapes measured; 4 chunks a
 # warp (to K 8,192) spill registers and were not timed.
@@ -112,7 +113,7 @@ def _aligned_rows(t: torch.Tensor) -> bool:
 
 def applies(
     x: torch.Tensor, weight: object, norm_weight: torch.Tensor | None = None,
-    op: int = OP_LINEAR, warps: int = 0, most: int = 4,
+    op: int = OP_LINEAR, warps: int = 0, most: int = MAX_CHUNKS,
 ) -> bool:  # fmt: skip
     """Whether the CUDA kernel serves this call: 1..MAX_ROWS rows of x in bfloat16 or float16
     on an sm_90+ device, a dense weight of the same dtype whose shape `plan` takes (with

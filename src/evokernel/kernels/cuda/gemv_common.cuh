@@ -1,7 +1,19 @@
-// Helpers shared by the CUDA decode GEMVs (int4_gemv.cu, rows_mma.cu): pairs of the dtype
-// packed into and out of 32-bit words, one tensor-core MMA tile, the greedy argmax key, and
-// their launch configuration.
+// Helpers shared by the CUDA decode GEMVs (int4_gemv.cu, rows_mma.cu): their op codes and
+// flags (the launchers' int arguments, ops/quant_cuda.py and ops/rows_cuda.py), pairs of the
+// dtype packed into and out of 32-bit words, one tensor-core MMA tile, the greedy argmax key,
+// and their launch configuration.
 // Included after decode_common.cuh (Pair<T>), inside each source's anonymous namespace.
+
+constexpr int OP_LINEAR = 0;  // y = W @ norm?(x) + bias?
+constexpr int OP_RESIDUAL = 1;  // res += W @ x
+constexpr int OP_GATE_UP = 2;  // act = silu(Wg @ n) * (Wu @ n)
+constexpr int OP_HEAD = 3;  // logits and / or argmax keys
+
+constexpr int F_NORM = 1;
+constexpr int F_BIAS = 2;
+constexpr int F_PDL = 8;
+constexpr int F_LOGITS = 16;  // HEAD: write the float32 logits
+constexpr int F_KEYS = 32;    // HEAD: max the argmax keys into keys
 
 // A 32-bit pair of the dtype from / to two floats.
 template <typename T>

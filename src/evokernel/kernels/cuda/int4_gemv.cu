@@ -58,20 +58,10 @@ constexpr int min_ctas() {
   return WMAX <= 8 ? 3 : 2;
 }
 
-[[maybe_unused]] constexpr int OP_LINEAR = 0;
-constexpr int OP_RESIDUAL = 1;
-constexpr int OP_GATE_UP = 2;
-constexpr int OP_HEAD = 3;
-
-constexpr int F_NORM = 1;
-constexpr int F_BIAS = 2;
-constexpr int F_ZEROS = 4;
-constexpr int F_PDL = 8;
-constexpr int F_LOGITS = 16;  // HEAD: write the float32 logits
-constexpr int F_KEYS = 32;    // HEAD: max the argmax key into keys[0]
+constexpr int F_ZEROS = 4;  // zero points given (the other flags: gemv_common.cuh)
 
 #include "decode_common.cuh"  // Pair<T> (the dtype's conversions and rounding), warp_sum
-#include "gemv_common.cuh"    // unpack, pack, mma, argmax_key
+#include "gemv_common.cuh"    // op codes and flags, unpack, pack, mma, argmax_key
 
 // The dtype's magic: a nibble OR-ed into MAGIC's mantissa is MAGIC_VALUE + q, exact. bfloat16's
 // MMA takes 128 + q (the sums keep 20 bits past the magic's part: enough for a result rounded

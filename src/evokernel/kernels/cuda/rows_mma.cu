@@ -40,23 +40,12 @@
 namespace {
 
 #include "decode_common.cuh"  // Pair<T> (the dtype's conversions and rounding), FULL
-#include "gemv_common.cuh"    // unpack, pack, mma, argmax_key
+#include "gemv_common.cuh"    // op codes and flags, unpack, pack, mma, argmax_key
 
 constexpr int CHUNK = 128;  // values of a row a warp's item covers (4 lanes x 4 runs of 8)
 constexpr int TILE = 8;     // weight rows of a tile (an MMA's N)
 constexpr int MAX_WARPS = 16;
 constexpr int MAX_ROWS = 32;  // batch rows: two row tiles
-
-constexpr int OP_LINEAR = 0;
-constexpr int OP_RESIDUAL = 1;
-constexpr int OP_GATE_UP = 2;
-constexpr int OP_HEAD = 3;
-
-constexpr int F_NORM = 1;
-constexpr int F_BIAS = 2;
-constexpr int F_PDL = 8;
-constexpr int F_LOGITS = 16;  // HEAD: write the float32 logits
-constexpr int F_KEYS = 32;    // HEAD: max the argmax keys into keys[b]
 
 struct Args {
   const void* x;       // [M, K], rows stride_x apart
