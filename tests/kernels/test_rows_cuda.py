@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_checks import assert_close
+from kernel_checks import TOLERANCE, assert_close
 
 from evokernel.ops import decode, rows_cuda
 from evokernel.ops.registry import OpSet
@@ -21,7 +21,12 @@ from evokernel.ops.registry import OpSet
 REF = OpSet.torch()
 EPS = 1e-6
 CUDA_ROWS = decode.DecodeTuning(
-    pdl=True, cuda_rows_min=1, cuda_rows_max=32, cuda_rows_norm=True, cuda_rows_head=True
+    pdl=True,
+    cuda_rows_min=1,
+    cuda_rows_max=32,
+    cuda_rows_norm=1,
+    cuda_rows_gate_up=1,
+    cuda_rows_head=True,
 )
 TRITON = decode.DecodeTuning(pdl=True, cuda_rows_min=0)
 # (M, N, K): Qwen3-0.6B's qkv / o_proj / gate_up / down shapes among odd ones
@@ -40,6 +45,62 @@ IDS = [f"{m}x{n}x{k}" for m, n, k in CASES]
 
 def _randn(*shape, g, dtype, device="cuda", scale=1.0):
     return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
+
+
+# The normed ops as the CUDA kernel rounds them (kernels/cuda/rows_mma.cu): the products take
+# round(x * norm_w), and each row's rstd scales the float32 sums, so the norm's two roundings
+# (transformers': round(round(x * rstd) * w)) become one. Same points, so the usual tolerance.
+def _late_sums(x, norm_w, w, eps):
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return rstd * ((xf * norm_w.float()).to(x.dtype).float() @ w.float().T)
+
+
+def _late_norm_linear(x, norm_w, w, eps, bias=None):
+    acc = _late_sums(x, norm_w, w, eps)
+    return (acc if bias is None else acc + bias.float()).to(x.dtype)
+
+
+def _late_gate_up(x, norm_w, gate_up, eps):
+    gate, up = _late_sums(x, norm_w, gate_up, eps).to(x.dtype).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+def _late_logits(x, norm_w, w, eps):
+    return _late_sums(x, norm_w, w, eps).to(x.dtype).float()
+
+
+def _ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(1e-30))))
+
+
+def _assert_act_close(act, x, norm_w, gate_up, eps, what):
+    """act = round(round(silu(gate)) * up) against the late reference, allowing on top of the
+    usual tolerance a flip of one ulp in either factor (the float32 sums' order decides a
+    rounding of gate or up, which the product carries at the other factor's scale)."""
+    gate, up = _late_sums(x, norm_w, gate_up, eps).to(x.dtype).chunk(2, dim=-1)
+    silu = torch.nn.functional.silu(gate)
+    want = silu * up
+    atol, rtol = TOLERANCE[x.dtype]
+    flip = silu.double().abs() * _ulp(up.double(), x.dtype) + up.double().abs() * _ulp(
+        silu.double(), x.dtype
+    )
+    err = (act.double() - want.double()).abs()
+    bound = atol + rtol * want.double().abs() + flip
+    assert bool((err <= bound).all()), f"{what}: max err {err.max().item():.3e}"
+
+
+def test_the_late_norm_is_the_norm_up_to_one_rounding() -> None:
+    """The CUDA kernel's normed products against transformers' rounding, in float32 (on the
+    CPU): equal up to float32 noise, so the two differ only where the dtype rounds."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 384, generator=g) * 3
+    norm_w = 1 + 0.2 * torch.randn(384, generator=g)
+    w = torch.randn(70, 384, generator=g) * 384**-0.5
+    assert_close(_late_norm_linear(x, norm_w, w, EPS), REF.norm_linear(x, norm_w, w, EPS), "y")
+    gu = torch.randn(2 * 35, 384, generator=g) * 384**-0.5
+    assert_close(_late_gate_up(x, norm_w, gu, EPS), REF.norm_gate_up_silu(x, norm_w, gu, EPS),
+                 "act")  # fmt: skip
 
 
 def test_plan_splits_k_over_warps_and_fills_the_sms() -> None:
@@ -65,18 +126,27 @@ def test_plan_splits_k_over_warps_and_fills_the_sms() -> None:
     assert rows_cuda.plan(rows_cuda.OP_GATE_UP, 40, 4096, sms) is None
 
 
-def test_the_default_sends_only_the_residual_ops_from_three_to_sixteen_rows(monkeypatch):
+def test_the_default_sends_the_projections_from_their_row_thresholds(monkeypatch):
+    """o_proj, down and qkv from 3 to 16 rows, gate_up from 9, the head never; a threshold
+    of 0 is never, and none goes below cuda_rows_min."""
     seen = []
     monkeypatch.setattr(rows_cuda, "applies", lambda x, w, n=None, op=0, warps=0, most=0: True)
     monkeypatch.setattr(rows_cuda, "launch", lambda op, *a, **k: seen.append(op))
     x, w = torch.zeros(8, 128), torch.zeros(16, 128)
     t = decode.DEFAULT
-    for m, want in ((2, False), (3, True), (16, True), (17, False)):
-        got = decode._cuda_rows(torch.zeros(m, 128), w, None, rows_cuda.OP_RESIDUAL, t)
-        assert got == want, m
-    for op in (rows_cuda.OP_LINEAR, rows_cuda.OP_GATE_UP):
-        assert not decode._cuda_rows(x, w, w[0], op, t)
-        assert decode._cuda_rows(x, w, w[0], op, t._replace(cuda_rows_norm=True))
+    for op, low in (
+        (rows_cuda.OP_RESIDUAL, 3),
+        (rows_cuda.OP_LINEAR, 3),
+        (rows_cuda.OP_GATE_UP, 9),
+    ):
+        for m in (1, 2, 3, 8, 9, 16, 17):
+            want = low <= m <= 16
+            assert decode._cuda_rows(torch.zeros(m, 128), w, w[0], op, t) == want, (op, m)
+    off = t._replace(cuda_rows_norm=0, cuda_rows_gate_up=0)
+    assert not any(decode._cuda_rows(x, w, w[0], op, off) for op in (0, 2))
+    low = t._replace(cuda_rows_min=5, cuda_rows_norm=1, cuda_rows_gate_up=1)
+    assert not decode._cuda_rows(x[:4], w, w[0], rows_cuda.OP_GATE_UP, low)
+    assert decode._cuda_rows(x[:5], w, w[0], rows_cuda.OP_GATE_UP, low)
     keys = torch.zeros(8, dtype=torch.int64)
     decode._head(x, w[0], w, 1e-6, None, keys, t._replace(cuda_rows_head=True))
     assert seen == [rows_cuda.OP_HEAD]  # the head needs only cuda_rows_head
@@ -114,16 +184,20 @@ def test_the_ops_match_their_compositions_and_triton(case, dtype) -> None:
     bias = _randn(N, g=g, dtype=dtype, scale=0.3)
     gate_up = _randn(2 * N, K, g=g, dtype=dtype, scale=K**-0.5)  # I = N, odd
     assert rows_cuda.applies(x, w, norm_w), rows_cuda.library(x.device)
-    for t, name in ((CUDA_ROWS, "cuda"), (TRITON, "triton")):
+    late = (_late_norm_linear, _late_logits)
+    ref = (REF.norm_linear, REF.norm_logits)
+    for t, name, (linear, head) in ((CUDA_ROWS, "cuda", late), (TRITON, "triton", ref)):
         got = decode.norm_linear(x, norm_w, w, EPS, tuning=t)
-        assert_close(got, REF.norm_linear(x, norm_w, w, EPS), f"y ({name})")
+        assert_close(got, linear(x, norm_w, w, EPS), f"y ({name})")
         got = decode.norm_linear(x, norm_w, w, EPS, bias, tuning=t)
-        assert_close(got, REF.norm_linear(x, norm_w, w, EPS, bias), f"y + bias ({name})")
+        assert_close(got, linear(x, norm_w, w, EPS, bias), f"y + bias ({name})")
         act = decode.norm_gate_up_silu(x, norm_w, gate_up, EPS, tuning=t)
-        assert_close(act, REF.norm_gate_up_silu(x, norm_w, gate_up, EPS), f"act ({name})")
+        if name == "cuda":
+            _assert_act_close(act, x, norm_w, gate_up, EPS, "act (cuda)")
+        else:
+            assert_close(act, REF.norm_gate_up_silu(x, norm_w, gate_up, EPS), "act (triton)")
         logits = decode.norm_logits(x, norm_w, w, EPS, tuning=t)
-        assert_close(logits, REF.norm_logits(x, norm_w, w, EPS), f"logits ({name})",
-                     rounded=dtype)  # fmt: skip
+        assert_close(logits, head(x, norm_w, w, EPS), f"logits ({name})", rounded=dtype)
         x_n = _randn(M, K, g=g, dtype=dtype)
         res = _randn(M, N, g=g, dtype=dtype, scale=4.0)
         want = REF.linear_residual(x_n, w, res.clone())
@@ -145,7 +219,7 @@ def test_shapes_past_the_engines_limit_launched_directly(M, N, K) -> None:
     assert not rows_cuda.applies(x, w, norm_w, most=rows_cuda.ENGINE_MAX_CHUNKS)
     y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS)
-    assert_close(y, REF.norm_linear(x, norm_w, w, EPS), "y")
+    assert_close(y, _late_norm_linear(x, norm_w, w, EPS), "y")
     res = _randn(M, N, g=g, dtype=torch.bfloat16)
     want = REF.linear_residual(x, w, res.clone())
     rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res)
@@ -166,13 +240,13 @@ def test_every_warp_count_gives_the_same_outputs(warps) -> None:
     assert rows_cuda.applies(x, w, norm_w, rows_cuda.OP_LINEAR, warps)
     y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS, warps=warps)
-    assert_close(y, REF.norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")
+    assert_close(y, _late_norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")
     assert rows_cuda.applies(x, gu, norm_w, rows_cuda.OP_GATE_UP, warps) == (warps >= 4)
     if warps >= 4:
         act = torch.empty(M, 301, device="cuda", dtype=torch.bfloat16)
         rows_cuda.launch(rows_cuda.OP_GATE_UP, x, gu, act, norm_weight=norm_w, eps=EPS,
                          warps=warps)  # fmt: skip
-        assert_close(act, REF.norm_gate_up_silu(x, norm_w, gu, EPS), f"act, {warps} warps")
+        _assert_act_close(act, x, norm_w, gu, EPS, f"act, {warps} warps")
     res = _randn(M, N, g=g, dtype=torch.bfloat16)
     want = REF.linear_residual(x, w, res.clone())
     rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res, warps=warps)
@@ -189,7 +263,7 @@ def test_a_strided_x_and_out_rows() -> None:
     w = _randn(N, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
     assert rows_cuda.applies(x, w, norm_w)
     assert_close(decode.norm_linear(x, norm_w, w, EPS, tuning=CUDA_ROWS),
-                 REF.norm_linear(x.contiguous(), norm_w, w, EPS), "y, strided x")  # fmt: skip
+                 _late_norm_linear(x.contiguous(), norm_w, w, EPS), "y, strided x")  # fmt: skip
     res_big = _randn(M, N + 8, g=g, dtype=torch.bfloat16)
     res = res_big[:, :N]
     want = REF.linear_residual(x.contiguous(), w, res.clone())
@@ -211,10 +285,10 @@ def test_the_greedy_head_takes_each_rows_argmax_with_ties_to_the_lower_row(M, V)
     lm_head = _randn(V, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
     # rows 7 and V - 3 copies of batch row 0's largest logit's row, scaled above every
     # other: row 0's argmax is the lower of the two; the other rows argmax their own logits
-    first = REF.norm_logits(x[:1], norm_w, lm_head, EPS)[0]
+    first = _late_logits(x[:1], norm_w, lm_head, EPS)[0]
     src = int(first.abs().argmax())
     lm_head[7] = lm_head[V - 3] = lm_head[src] * (4.0 if float(first[src]) > 0 else -4.0)
-    want = REF.norm_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)  # the first of the ties
+    want = _late_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)  # the first of the ties
     assert int(want[0]) == 7
     pos = torch.arange(M, dtype=torch.int32, device="cuda")
     tokens, lens = torch.full((M,), -1, dtype=torch.int64, device="cuda"), pos + 1
@@ -251,7 +325,11 @@ def test_a_cuda_graph_with_pdl_replays_the_chain() -> None:
     plain = CUDA_ROWS._replace(pdl=False)
     want = chain(h0.clone(), plain)  # eager, each launch after the last has finished
     one = TRITON._replace(pdl=False)
-    assert_close(chain(h0.clone(), one, 1), chain(h0.clone(), plain, 1), "one layer vs Triton")
+    # One layer against the Triton kernels, whose norm rounds twice where this kernel rounds
+    # once: the same values to bf16 noise, and at most two ulps of the residual's intermediate
+    # sums (|h| < 16 here: 0.0625 an ulp) where a rounding flipped.
+    err = (chain(h0.clone(), one, 1).double() - chain(h0.clone(), plain, 1).double()).abs()
+    assert err.mean() < 1e-2 and err.max() <= 0.125, (err.mean(), err.max())
     h = h0.clone()
     chain(h, CUDA_ROWS)  # warm-up: build and load outside capture
     graph = torch.cuda.CUDAGraph()

@@ -152,14 +152,35 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda-1k": {"cuda_direct_max": 1024},
     "cuda-cl2": {"cuda_cluster": 2},
     "cuda-cl8": {"cuda_cluster": 8},
-    # The CUDA C++ tensor-core rows kernel (ops/rows_cuda.py; by default o_proj and down from
-    # 2 to 16 rows): off (the Triton rows kernels everywhere), for every projection and the
-    # head from 2 rows, from 1 (batch 1 too), without the head, and so with 4 warps a CTA.
+    # The CUDA C++ tensor-core rows kernel (ops/rows_cuda.py; by default o_proj, down and qkv
+    # from 3 to 16 rows, gate_up from 9): off (the Triton rows kernels everywhere), for every
+    # projection and the head from 2 rows, from 1 (batch 1 too), without the head, and so with
+    # 4 warps a CTA.
     "triton-rows": {"cuda_rows_min": 0},
-    "cuda-rows": {"cuda_rows_min": 2, "cuda_rows_norm": True, "cuda_rows_head": True},
-    "cuda-rows-1": {"cuda_rows_min": 1, "cuda_rows_norm": True, "cuda_rows_head": True},
-    "cuda-rows-th": {"cuda_rows_min": 2, "cuda_rows_norm": True},
-    "cuda-rows-w4": {"cuda_rows_min": 2, "cuda_rows_norm": True, "cuda_rows_warps": 4},
+    "cuda-rows": {
+        "cuda_rows_min": 2,
+        "cuda_rows_norm": 2,
+        "cuda_rows_gate_up": 2,
+        "cuda_rows_head": True,
+    },
+    "cuda-rows-1": {
+        "cuda_rows_min": 1,
+        "cuda_rows_norm": 1,
+        "cuda_rows_gate_up": 1,
+        "cuda_rows_head": True,
+    },
+    "cuda-rows-th": {"cuda_rows_min": 2, "cuda_rows_norm": 2, "cuda_rows_gate_up": 2},
+    "cuda-rows-w4": {
+        "cuda_rows_min": 2,
+        "cuda_rows_norm": 2,
+        "cuda_rows_gate_up": 2,
+        "cuda_rows_warps": 4,
+    },
+    # the normed ops' own row thresholds on the CUDA kernel: both off (the residual ops only),
+    # gate_up from 3 rows as qkv, qkv from 9 as gate_up
+    "cuda-residual": {"cuda_rows_norm": 0, "cuda_rows_gate_up": 0},
+    "cuda-gate-up-3": {"cuda_rows_gate_up": 3},
+    "cuda-qkv-9": {"cuda_rows_norm": 9},
     # Batches below rows_min run the one-row CUDA-core kernels.
     "one-row": {"rows_min": 1 << 30},
     # 4-bit checkpoints on the Triton kernels (the table before the CUDA kernel of

@@ -18,7 +18,9 @@ Work split (`plan`): a warp per 16 cache rows. Up to 256 rows one CTA per (seque
 kv head, merged through distributed shared memory, and only while the grid takes at most half
 the SMs (B * Hkv * cluster CTAs; measured on an H100 at Qwen3-0.6B's 8 kv heads: at batch 1,
 64 CTAs, 4-11% faster steps than the split Triton kernel; at batch 4, 128 CTAs, 10% slower at
-bound 1,024). Elsewhere `applies` is False and the caller keeps the Triton kernels.
+bound 1,024; on an H200 at batch 8 and 16, grids of 128 to 512 CTAs took 1.4-2x the Triton
+split's time at bounds 512 and 1,024). Elsewhere `applies` is False and the caller keeps the
+Triton kernels.
 
 Why CUDA here: the warps of one program each walk their own 16 rows after the PDL wait and
 meet once, through shared memory; Triton spreads a tile's rows over the warps and puts block

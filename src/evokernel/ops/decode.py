@@ -8,8 +8,9 @@ plus a keyword `tuning` (a `DecodeTuning`, ops/tuning.py; the OpSet binds it). R
 Where each call goes:
   * a packed (quantized) projection or head (model/weights.py `PackedWeight`): the format's
     launchers (ops/quant.py), same contracts;
-  * dense residual projections (and the normed ones with `tuning.cuda_rows_norm`, the head
-    with `cuda_rows_head`) from `tuning.cuda_rows_min` to `cuda_rows_max` rows: the CUDA C++
+  * dense residual projections from `tuning.cuda_rows_min` to `cuda_rows_max` rows (within
+    those norm_linear from `cuda_rows_norm` rows, gate_up from `cuda_rows_gate_up`, the head
+    with `cuda_rows_head`): the CUDA C++
     tensor-core kernel where it applies (ops/rows_cuda.py: bf16/fp16, K a multiple of 128 up
     to 4,096, sm_90+, nvcc present); otherwise ops/layer.py, the launchers the `decode_layer`
     task's seed is generated from (one-row CUDA-core kernels below `tuning.rows_min` rows,
@@ -74,10 +75,13 @@ def _cuda_rows(
     tuning: DecodeTuning,
 ) -> bool:  # fmt: skip
     """Whether this call goes to the CUDA rows kernel (ops/rows_cuda.py): the normed
-    projections only with `tuning.cuda_rows_norm` (the head's caller checks `cuda_rows_head`)."""
+    projections from `tuning.cuda_rows_norm` / `cuda_rows_gate_up` rows (0: never; the head's
+    caller checks `cuda_rows_head`)."""
     low = tuning.cuda_rows_min
-    if op in (rows_cuda.OP_LINEAR, rows_cuda.OP_GATE_UP) and not tuning.cuda_rows_norm:
-        return False
+    if op == rows_cuda.OP_LINEAR:
+        low = max(low, tuning.cuda_rows_norm) if tuning.cuda_rows_norm and low else 0
+    elif op == rows_cuda.OP_GATE_UP:
+        low = max(low, tuning.cuda_rows_gate_up) if tuning.cuda_rows_gate_up and low else 0
     return (
         bool(low)
         and low <= x.shape[0] <= tuning.cuda_rows_max

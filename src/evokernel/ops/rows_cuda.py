@@ -5,7 +5,10 @@
         launch(OP_LINEAR, x, weight, out, norm_weight=n, eps=eps, bias=b, pdl=True)
 
 Same results as ops/layer.py's launchers (the one-row kernels of kernels/gemv.py and the rows
-kernels of kernels/rows.py) up to float32 summation order, with the same rounding:
+kernels of kernels/rows.py) up to float32 summation order, with the same rounding but the
+norm's: the products take round(x * norm_w) and each row's rstd scales their float32 sums
+(one rounding where transformers, and the Triton kernels, round twice: round(round(x * rstd)
+* norm_w)), so the norm takes no pass over the activations of its own:
   OP_LINEAR    out [M, N] = round(W @ rms_norm?(x) + bias?)     (norm_linear)
   OP_RESIDUAL  out [M, N] += round(W @ x), in place              (linear_residual)
   OP_GATE_UP   out [M, I] = silu(round(Wg @ n)) * round(Wu @ n)  (norm_gate_up_silu)

@@ -1,6 +1,6 @@
 // Decode GEMV for a batch of activation rows (1..32) on dense bfloat16 / float16 weights, on
 // the tensor cores, fused as kernels/gemv.py's and kernels/rows.py's Triton kernels are, with
-// their rounding. Every weight is read once per launch, whatever the rows, and loaded into
+// their rounding but the norm's (below). Every weight is read once per launch, whatever the rows, and loaded into
 // registers before the PDL wait, as the one-row Triton kernels load theirs.
 //
 // The products: mma.m16n8k16 with the activations as A (16 batch rows, a row tile; rows past M
@@ -17,11 +17,14 @@
 // whole K. Its W warps split K by chunks (warp w: chunks w, w + W, ...; the launcher gives
 // every warp at most CMAX). Before the PDL wait each lane loads its weight runs (NT x chunks x
 // 4 loads of 16 bytes) and, with NORM, copies its runs of the norm weight into shared memory
-// (cp.async; each lane reads back only its own). After it: with NORM, each row's sum of
-// squares from the lanes' runs, met over the warps in shared memory (one block barrier); then
-// the activation runs (loaded again, from L1), RMS-normalised in registers as transformers
-// rounds (to the dtype before and after the norm weight), and the MMAs. The warps' [16 x 8]
-// sums meet in shared memory (one block barrier) and the CTA's threads finish one output each:
+// (cp.async; each lane reads back only its own). After it: the activation runs (with NORM
+// each run times the norm weight, round(x * w), and its squares summed into the lane's sum for
+// its row) and the MMAs. The warps' [16 x 8] sums (and with NORM the rows' sums of squares,
+// over the 4 lanes of a row and then the warps) meet in shared memory (one block barrier),
+// and the CTA's threads finish one output each, with NORM from acc times its row's rstd =
+// rsqrt(mean(x^2) + eps): the norm takes no pass of its own over the activations. Its
+// products so hold one rounding where transformers rounds twice, round(round(x * rstd) * w):
+// an error of the same size, not the same bits (the Triton kernels round as transformers):
 //   LINEAR    y[b, n] = round(acc + bias[n])                       (qkv: norm_linear)
 //   RESIDUAL  res[b, n] = round(res[b, n] + round(acc))            (o_proj, down_proj)
 //   GATE_UP   act[b, j] = round(round(silu(round(g))) * round(u))
@@ -76,17 +79,16 @@ __device__ __forceinline__ void copy16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
 }
 
-// A run of 8 values RMS-normalised: round(round(x * rstd) * w), as transformers rounds.
+// A run of 8 values times the norm weight: round(x * w).
 template <typename T>
-__device__ __forceinline__ uint4 normed(uint4 v, uint4 nw, float rstd) {
+__device__ __forceinline__ uint4 weighted(uint4 v, uint4 nw) {
   const uint32_t xs[4] = {v.x, v.y, v.z, v.w};
   const uint32_t ws[4] = {nw.x, nw.y, nw.z, nw.w};
   uint32_t o[4];
 #pragma unroll
   for (int e = 0; e < 4; e++) {
     const float2 p = unpack<T>(xs[e]), q = unpack<T>(ws[e]);
-    o[e] = pack<T>(Pair<T>::rnd(Pair<T>::rnd(p.x * rstd) * q.x),
-                   Pair<T>::rnd(Pair<T>::rnd(p.y * rstd) * q.y));
+    o[e] = pack<T>(p.x * q.x, p.y * q.y);
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
@@ -153,8 +155,7 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
 
   // This lane's batch rows of row tile mt: 16 mt + g (h = 0) and 16 mt + g + 8 (h = 1). Their
   // runs of chunk c are loaded all at once, unconditionally (a row past M reads row M - 1 and
-  // is zeroed after), so that the loads are in flight together. The norm's sums read them
-  // first; the products load them again (from L1) after the block barrier.
+  // is zeroed after), so that the loads are in flight together.
   auto load_runs = [&](uint4 (&v)[2][4], int mt, int c) {
     const int k = (warp + c * W) * CHUNK + 8 * c4;
 #pragma unroll
@@ -170,55 +171,9 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
       }
     }
   };
-  float rstd[MT][2];
+  float ss[MT][2];  // NORM: the sum of squares of this lane's runs of rows g and g + 8
 #pragma unroll
-  for (int mt = 0; mt < MT; mt++) rstd[mt][0] = rstd[mt][1] = 1.f;
-  if (norm) {
-    float ss[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) ss[mt][0] = ss[mt][1] = 0.f;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-      for (int c = 0; c < CMAX; c++) {
-        if (c < cw) {
-          uint4 v[2][4];
-          load_runs(v, mt, c);
-#pragma unroll
-          for (int h = 0; h < H; h++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) ss[mt][h] = sumsq8<T>(v[h][i], ss[mt][h]);
-        }
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-      for (int h = 0; h < H; h++) {
-        float s = ss[mt][h];
-        s += __shfl_xor_sync(FULL, s, 1);  // over the 4 lanes of the row
-        s += __shfl_xor_sync(FULL, s, 2);
-        ss[mt][h] = s;
-      }
-    }
-    if (c4 == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int h = 0; h < H; h++) ssq[warp * MT * 16 + 16 * mt + g + 8 * h] = ss[mt][h];
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-      for (int h = 0; h < H; h++) {
-        float total = 0.f;
-        for (int v = 0; v < W; v++) total += ssq[v * MT * 16 + 16 * mt + g + 8 * h];
-        rstd[mt][h] = rsqrtf(total / a.K + a.eps);
-      }
-    }
-  }
+  for (int mt = 0; mt < MT; mt++) ss[mt][0] = ss[mt][1] = 0.f;
 
   float acc[NT][MT][4];
 #pragma unroll
@@ -230,27 +185,23 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
 #pragma unroll
   for (int c = 0; c < CMAX; c++) {
     if (c < cw) {
-      uint4 wn[4];
-      if (norm) {
-        const int k0 = (warp + c * W) * CHUNK + 8 * c4;
-#pragma unroll
-        for (int i = 0; i < 4; i++) wn[i] = *reinterpret_cast<const uint4*>(nws + k0 + 32 * i);
-      }
+      const int k0 = (warp + c * W) * CHUNK + 8 * c4;
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
         uint4 v[2][4];
         load_runs(v, mt, c);
 #pragma unroll
-        for (int h = 0; h < H; h++) {
-          const bool live = 16 * mt + g + 8 * h < a.M;
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            if (norm) v[h][i] = normed<T>(v[h][i], wn[i], rstd[mt][h]);
-            if (!live) v[h][i] = make_uint4(0u, 0u, 0u, 0u);
-          }
-        }
-#pragma unroll
         for (int i = 0; i < 4; i++) {
+          // NORM: the norm weight's run i (each lane's own copy) times the rows' runs i
+          const uint4 wn = norm ? *reinterpret_cast<const uint4*>(nws + k0 + 32 * i) : uint4{};
+#pragma unroll
+          for (int h = 0; h < H; h++) {
+            if (norm) {
+              ss[mt][h] = sumsq8<T>(v[h][i], ss[mt][h]);
+              v[h][i] = weighted<T>(v[h][i], wn);
+            }
+            if (16 * mt + g + 8 * h >= a.M) v[h][i] = make_uint4(0u, 0u, 0u, 0u);
+          }
 #pragma unroll
           for (int t = 0; t < NT; t++) {
             const uint4 b = wr[c][t][i];
@@ -272,6 +223,18 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
           make_float2(acc[t][mt][2], acc[t][mt][3]);
     }
   }
+  if (norm) {  // the rows' sums of squares: over the 4 lanes of a row, then into ssq
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int h = 0; h < H; h++) {
+        float s = ss[mt][h];
+        s += __shfl_xor_sync(FULL, s, 1);
+        s += __shfl_xor_sync(FULL, s, 2);
+        if (c4 == 0) ssq[warp * MT * 16 + 16 * mt + g + 8 * h] = s;
+      }
+    }
+  }
   __syncthreads();
 
   auto total = [&](int t, int b, int col) {  // the warps' sums, in warp order
@@ -287,10 +250,17 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
     const int item = base + threadIdx.x;
     const bool live = item < items;
     const int b = live ? item / per : 0, j = item % per;
+    float scale = 1.f;  // NORM: batch row b's rstd, from the warps' sums in warp order
+    if (norm) {
+      float sum = 0.f;
+      for (int v = 0; v < W; v++) sum += ssq[v * MT * 16 + b];
+      scale = rsqrtf(sum / a.K + a.eps);
+    }
     if (a.op == OP_GATE_UP) {
       const int o = TILE * blockIdx.x + j;
       if (live && o < a.n_out) {
-        const float gate = PT::rnd(total(0, b, j)), up = PT::rnd(total(1, b, j));
+        const float gate = PT::rnd(total(0, b, j) * scale);
+        const float up = PT::rnd(total(1, b, j) * scale);
         const float silu = PT::rnd(gate / (1.0f + __expf(-gate)));
         reinterpret_cast<T*>(a.out)[(int64_t)b * a.stride_out + o] = PT::t(silu * up);
       }
@@ -299,7 +269,7 @@ __global__ void __launch_bounds__(32 * WMAX, MINB) rows_mma_kernel(const Args a)
     const int t = j >> 3, col = j & 7;
     const int n = TILE * ((int)blockIdx.x * NT + t) + col;
     const bool here = live && n < a.N;
-    float acc_n = here ? total(t, b, col) : 0.f;
+    float acc_n = here ? total(t, b, col) * scale : 0.f;
     if (a.op == OP_HEAD) {
       const float v = PT::rnd(acc_n);
       if (here && (a.flags & F_LOGITS)) {

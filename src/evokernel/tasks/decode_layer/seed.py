@@ -1068,16 +1068,19 @@ class DecodeTuning(NamedTuple):
     cuda_direct: bool = True
     cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
-    # The residual projections (o_proj, down; the normed ones too with cuda_rows_norm, the head
-    # with cuda_rows_head) from cuda_rows_min to cuda_rows_max rows (0: never): the CUDA C++
+    # The residual projections (o_proj, down) from cuda_rows_min to cuda_rows_max rows (0:
+    # never), within those the normed ones from cuda_rows_norm (norm_linear: qkv) and
+    # cuda_rows_gate_up rows (0: never), and the head with cuda_rows_head: the CUDA C++
     # tensor-core kernel where it applies (ops/rows_cuda.py; the engine only), its warps a CTA
-    # cuda_rows_warps (0: by K). Measured on an H200 at 4-16 rows: o_proj and down 15-25%
-    # faster than the Triton rows kernels, the normed ops and the head slower, and at 2 rows
-    # slower than the one-row kernels (docs/perf-log.md)
+    # cuda_rows_warps (0: by K). Measured on an H200 (docs/perf-log.md): o_proj and down 15-25%
+    # faster than the Triton rows kernels from 4 to 16 rows, qkv faster from 8 rows (its norm
+    # in the epilogue), gate_up at 16 rows but not at 8, the head slower; at 2 rows slower than
+    # the one-row kernels
     cuda_rows_min: int = 3
     cuda_rows_max: int = 16
     cuda_rows_warps: int = 0
-    cuda_rows_norm: bool = False
+    cuda_rows_norm: int = 3
+    cuda_rows_gate_up: int = 9
     cuda_rows_head: bool = False
     min_chunk: int = 16  # beyond it, positions per attention program at the least
     attn_programs_per_sm: int = 2  # B * Hkv * SPLIT up to this many per SM
