@@ -8,9 +8,9 @@
 # prompt alone (scripts/gpu/batch_decode.py). ROWS_VARIANTS sets the variants (default:
 # default,triton-rows,cuda-rows), ROWS_BATCHES the batch sizes (default: 1 8 32),
 # ROWS_POSITIONS the step's positions (default: 1,1000), ROWS_STAGE the stages' position
-# (default: 1000), ROWS_NEW_TOKENS `generate`'s new tokens (default: 64; 0 skips it). The CUDA
-# attention's GPU tests run with the kernel's. JSON and logs under ${OUT:-out}; exit 1 if
-# the tests fail.
+# (default: 1000), ROWS_NEW_TOKENS `generate`'s new tokens (default: 64; 0 skips it),
+# ROWS_TESTS=0 skips the tests (the CUDA attention's GPU tests run with the kernel's). JSON
+# and logs under ${OUT:-out} (stages as rows_stages_b<B>.json); exit 1 if the tests fail.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
@@ -26,7 +26,7 @@ stage=${ROWS_STAGE:-1000}
 new_tokens=${ROWS_NEW_TOKENS:-64}
 
 rc=0
-"$PY" -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rows_cuda.py \
+[ "${ROWS_TESTS:-1}" = 0 ] || "$PY" -m pytest -m gpu -q -p no:cacheprovider tests/kernels/test_rows_cuda.py \
   tests/ops/test_cuda_build.py tests/kernels/test_decode_kernels.py \
   -k "rows_cuda or cuda_attention or cuda_build" --junitxml="$OUT/rows_tests.xml" || rc=1
 [ -f "$CKPT/config.json" ] || "$PY" -m evokernel model random "$CKPT" --preset qwen3-0.6b --seed 0

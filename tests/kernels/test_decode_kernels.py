@@ -267,6 +267,45 @@ def _tickets_are_zero(device) -> bool:
     )  # fmt: skip
 
 
+# (B, hq, hkv, S, lens, tiles_from): two tiles a warp. Lengths that end in a warp's first
+# tile (its second dead), in its second (the new row there), on a tile's first row, past 2,048
+# (clusters of 5-8), a single CTA of 16 warps at batch 8, and 4 query heads a kv head.
+CUDA_TILES_CASES = [
+    (1, 16, 8, 4096, [4096], 2049),
+    (1, 16, 8, 3000, [2999], 2049),
+    (2, 16, 8, 2600, [2049, 2600], 2049),
+    (1, 16, 8, 512, [300], 257),
+    (1, 16, 8, 512, [257], 257),
+    (8, 16, 8, 512, [512, 1, 257, 300, 511, 17, 400, 450], 257),
+    (3, 4, 2, 1100, [1100, 530, 17], 257),
+    (1, 32, 8, 4096, [3500], 2049),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B,hq,hkv,S,lens,tiles_from", CUDA_TILES_CASES)
+def test_cuda_attention_two_tiles_a_warp_match_composition(B, hq, hkv, S, lens, tiles_from, dtype):
+    from evokernel.ops import attention_cuda
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the CUDA attention needs sm_90+")
+    D, scale = 128, 128**-0.5
+    inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + tiles_from)
+    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    tuning = decode.DecodeTuning(cuda_direct_max=4096, cuda_tiles_from=tiles_from)
+    split = attention_cuda.split_for(qkv, kc, hq, S, 4096, tuning.cuda_cluster, tiles_from)
+    assert split is not None and split.tiles == 2, split
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    got = decode.decode_attention_qkv(
+        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, tuning=tuning
+    )
+    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
+    assert_close(got, want, "CUDA attention, two tiles a warp")
+    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
+    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+
+
 @pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,hq,hkv,D,S,lens,split", ATTN_CASES)
@@ -486,14 +525,31 @@ def test_stream_rows_split_k_to_fill_the_sms_in_whole_chunks(monkeypatch) -> Non
 def test_cuda_attention_plan_clusters_only_on_half_the_sms() -> None:
     from evokernel.ops.attention_cuda import plan
 
-    assert plan(1, 8, 200, 4, 132) == (13, 1)  # one CTA up to 256 rows
-    assert plan(1, 8, 512, 4, 132) == (8, 4)  # at least 4 CTAs beyond
-    assert plan(1, 8, 1024, 4, 132) == (16, 4)
-    assert plan(1, 8, 2048, 4, 132) == (16, 8)  # 16 warps of 16 rows a CTA at most
+    assert plan(1, 8, 200, 4, 132) == (13, 1, 1)  # one CTA up to 256 rows
+    assert plan(1, 8, 512, 4, 132) == (8, 4, 1)  # at least 4 CTAs beyond
+    assert plan(1, 8, 1024, 4, 132) == (16, 4, 1)
+    assert plan(1, 8, 2048, 4, 132) == (16, 8, 1)  # 16 warps of 16 rows a CTA at most
     assert plan(1, 8, 2049, 4, 132) is None
-    assert plan(2, 4, 1024, 4, 132) == (16, 4)  # 32 CTAs
+    assert plan(2, 4, 1024, 4, 132) == (16, 4, 1)  # 32 CTAs
     assert plan(4, 8, 1024, 4, 132) is None  # 128 CTAs: the Triton kernels
-    assert plan(8, 8, 256, 4, 132) == (16, 1)
+    assert plan(8, 8, 256, 4, 132) == (16, 1, 1)
+
+
+def test_cuda_attention_plan_two_tiles_a_warp_from_their_bound() -> None:
+    from evokernel.ops.attention_cuda import plan
+
+    # from tiles_from rows: 512 rows a CTA, a cluster of cdiv(rows, 512) (no min_cluster)
+    assert plan(1, 8, 2049, 4, 132, 2049) == (13, 5, 2)
+    assert plan(1, 8, 4096, 4, 132, 2049) == (16, 8, 2)
+    assert plan(1, 8, 4097, 4, 132, 2049) is None
+    assert plan(1, 8, 2048, 4, 132, 2049) == (16, 8, 1)  # below it: one tile
+    assert plan(1, 8, 300, 4, 132, 257) == (10, 1, 2)
+    # a single CTA a head at any batch; clusters while the grid takes half the SMs, else
+    # the one-tile rule (here: Triton)
+    assert plan(8, 8, 512, 4, 132, 257) == (16, 1, 2)
+    assert plan(8, 8, 513, 4, 132, 257) is None
+    assert plan(4, 8, 1024, 4, 132, 257) == (16, 2, 2)
+    assert plan(32, 8, 200, 4, 132, 257) == (13, 1, 1)
 
 
 def test_short_tiles_apply_up_to_their_bound() -> None:

@@ -1,5 +1,5 @@
 """Launcher of the CUDA C++ one-pass decode attention for short and mid contexts (bounds up to
-2,048; kernels/cuda/attention_direct.cu).
+2,048, or 4,096 with two tiles a warp; kernels/cuda/attention_direct.cu).
 
     split = split_for(qkv, k_cache, hq, bound, max_bound, min_cluster)  # or applies(...)
     if split is not None:
@@ -19,8 +19,11 @@ kv head, merged through distributed shared memory, and only while the grid takes
 the SMs (B * Hkv * cluster CTAs; measured on an H100 at Qwen3-0.6B's 8 kv heads: at batch 1,
 64 CTAs, 4-11% faster steps than the split Triton kernel; at batch 4, 128 CTAs, 10% slower at
 bound 1,024; on an H200 at batch 8 and 16, grids of 128 to 512 CTAs took 1.4-2x the Triton
-split's time at bounds 512 and 1,024). Elsewhere `applies` is False and the caller keeps the
-Triton kernels.
+split's time at bounds 512 and 1,024). From `tiles_from` rows (0: never) a warp takes two
+tiles of 16 rows, its second staged in shared memory before the PDL wait (8 KB a warp), so a
+CTA covers 512 rows and a cluster of cdiv(rows, 512) <= 8 CTAs 4,096 (`min_cluster` does not
+apply; a single CTA is not held to the half-SMs rule). Elsewhere `applies` is False and the
+caller keeps the Triton kernels.
 
 Why CUDA here: the warps of one program each walk their own 16 rows after the PDL wait and
 meet once, through shared memory; Triton spreads a tile's rows over the warps and puts block
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -43,8 +47,16 @@ GROUPS = (2, 4)  # query heads per kv head the kernel is compiled for
 ROWS_PER_WARP = 16
 MAX_WARPS = 16
 MAX_CLUSTER = 8  # the portable cluster size
-MAX_BOUND = ROWS_PER_WARP * MAX_WARPS * MAX_CLUSTER  # 2,048 positions
+MAX_TILES = 2  # tiles of 16 rows a warp, the second staged in shared memory
+ONE_TILE_BOUND = ROWS_PER_WARP * MAX_WARPS * MAX_CLUSTER  # 2,048 positions with one tile a warp
+MAX_BOUND = ONE_TILE_BOUND * MAX_TILES  # 4,096 with two
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
+
+
+class Split(NamedTuple):
+    warps: int  # a CTA's warps (<= 16)
+    cluster: int  # CTAs per (sequence, kv head), 1..8
+    tiles: int  # tiles of 16 rows a warp, 1 or 2
 
 
 def library(device: torch.device) -> ctypes.CDLL | None:
@@ -52,10 +64,18 @@ def library(device: torch.device) -> ctypes.CDLL | None:
     return cuda_build.launcher_library(NAME, "evk_attention_direct", device)
 
 
-def plan(batch: int, hkv: int, rows: int, min_cluster: int, sms: int) -> tuple[int, int] | None:
-    """(warps a CTA, CTAs a cluster) for `rows` cache rows of `batch` x `hkv` heads, or None
-    where the rule above leaves the call to the Triton kernels."""
+def plan(
+    batch: int, hkv: int, rows: int, min_cluster: int, sms: int, tiles_from: int = 0
+) -> Split | None:
+    """The work split for `rows` cache rows of `batch` x `hkv` heads, or None where the rules
+    above leave the call to the Triton kernels."""
     if not 1 <= rows <= MAX_BOUND:
+        return None
+    if tiles_from and rows >= tiles_from:
+        cluster = -(-rows // (ROWS_PER_WARP * MAX_WARPS * MAX_TILES))
+        if cluster <= MAX_CLUSTER and (cluster == 1 or 2 * batch * hkv * cluster <= sms):
+            return Split(-(-rows // (ROWS_PER_WARP * MAX_TILES * cluster)), cluster, MAX_TILES)
+    if rows > ONE_TILE_BOUND:
         return None
     cluster = 1
     if rows > ROWS_PER_WARP * MAX_WARPS:
@@ -63,7 +83,7 @@ def plan(batch: int, hkv: int, rows: int, min_cluster: int, sms: int) -> tuple[i
         cluster = min(MAX_CLUSTER, max(min_cluster, -(-rows // per_cta)))
         if 2 * batch * hkv * cluster > sms:
             return None
-    return -(-rows // (ROWS_PER_WARP * cluster)), cluster
+    return Split(-(-rows // (ROWS_PER_WARP * cluster)), cluster, 1)
 
 
 @functools.cache
@@ -73,10 +93,10 @@ def _sms(device: torch.device) -> int:
 
 def split_for(
     qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
-    min_cluster: int = 4,
-) -> tuple[int, int] | None:  # fmt: skip
-    """`plan`'s (warps, cluster) where the CUDA kernel serves this call (shapes, dtype, bound up
-    to `max_bound`, the work split, GPU, a built library), else None."""
+    min_cluster: int = 4, tiles_from: int = 0,
+) -> Split | None:  # fmt: skip
+    """`plan`'s split where the CUDA kernel serves this call (shapes, dtype, bound up to
+    `max_bound`, the work split, GPU, a built library), else None."""
     device = qkv.device
     if device.type != "cuda" or qkv.dtype not in DTYPES or not 1 <= bound <= max_bound:
         return None
@@ -85,26 +105,27 @@ def split_for(
         return None
     if torch.cuda.get_device_capability(device) < (9, 0):
         return None
-    split = plan(qkv.shape[0], hkv, min(bound, k_cache.shape[2]), min_cluster, _sms(device))
+    rows = min(bound, k_cache.shape[2])
+    split = plan(qkv.shape[0], hkv, rows, min_cluster, _sms(device), tiles_from)
     return split if library(device) is not None else None
 
 
 def applies(
     qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
-    min_cluster: int = 4,
+    min_cluster: int = 4, tiles_from: int = 0,
 ) -> bool:  # fmt: skip
     """Whether the CUDA kernel serves this call (`split_for` is not None)."""
-    return split_for(qkv, k_cache, hq, bound, max_bound, min_cluster) is not None
+    return split_for(qkv, k_cache, hq, bound, max_bound, min_cluster, tiles_from) is not None
 
 
 def launch(
     qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, cos: torch.Tensor,
     sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     seq_lens: torch.Tensor, scale: float, eps: float, out: torch.Tensor, pdl: bool,
-    split: tuple[int, int],
+    split: Split,
 ) -> None:  # fmt: skip
-    """One launch over a host-side bound >= every seq_lens[b] (as the Triton path's), split
-    into (warps, cluster) as `split_for` gave it for that bound."""
+    """One launch over a host-side bound >= every seq_lens[b] (as the Triton path's), split as
+    `split_for` gave it for that bound."""
     lib = library(qkv.device)
     assert lib is not None, "the CUDA attention library is not available (check applies())"
     B, hkv, S = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
@@ -118,9 +139,10 @@ def launch(
     ptrs = (ctypes.c_void_p * 10)(*(t.data_ptr() for t in tensors))
     floats = (ctypes.c_float * 2)(scale, eps)
     index = qkv.device.index if qkv.device.index is not None else torch.cuda.current_device()
-    warps, cluster = split
     group = (qkv.shape[1] // k_cache.shape[3] - 2 * hkv) // hkv
-    ints = (ctypes.c_int * 8)(warps, hkv, S, cos.shape[0], B, index, cluster, group)
+    ints = (ctypes.c_int * 9)(
+        split.warps, hkv, S, cos.shape[0], B, index, split.cluster, group, split.tiles
+    )
     strides = (ctypes.c_int64 * 9)(
         qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),

@@ -15,11 +15,12 @@ Where each call goes:
     to 4,096, sm_90+, nvcc present); otherwise ops/layer.py, the launchers the `decode_layer`
     task's seed is generated from (one-row CUDA-core kernels below `tuning.rows_min` rows,
     the Triton tensor-core rows kernels from there on);
-  * the fused attention bounded by <= `tuning.cuda_direct_max` positions (at most 2,048): the
+  * the fused attention bounded by <= `tuning.cuda_direct_max` positions (at most 4,096): the
     CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
     head_dim 128, 2 query heads per kv head, q/k norms, bf16/fp16, sm_90+, nvcc present;
     beyond 256 rows a cluster of at least `tuning.cuda_cluster` CTAs per kv head, while the
-    grid takes at most half the SMs), else ops/layer.py's Triton attention;
+    grid takes at most half the SMs; from `tuning.cuda_tiles_from` two tiles a warp), else
+    ops/layer.py's Triton attention;
   * the head (final norm + lm_head): its logits, or greedy argmax folded into one int64 key
     per row by the lm_head programs (an atomic max on a kept zeroed buffer, `argmax_keys`)
     and a one-program kernel that turns the keys into tokens.
@@ -198,7 +199,8 @@ def decode_attention_qkv(
     if (
         split is None and tuning.cuda_direct and q_norm is not None and k_norm is not None
         and (cuda_split := attention_cuda.split_for(
-            qkv, k_cache, hq, bound, tuning.cuda_direct_max, tuning.cuda_cluster
+            qkv, k_cache, hq, bound, tuning.cuda_direct_max, tuning.cuda_cluster,
+            tuning.cuda_tiles_from,
         )) is not None
     ):  # fmt: skip
         out = torch.empty((B, hq, D), device=qkv.device, dtype=qkv.dtype)

@@ -72,8 +72,9 @@ class DecodeTuning(NamedTuple):
     # where it applies (ops/attention_cuda.py; the engine only: a task candidate cannot build
     # it)
     cuda_direct: bool = True
-    cuda_direct_max: int = 2048  # up to this bound (at most 2,048)
+    cuda_direct_max: int = 2048  # up to this bound (at most 4,096; past 2,048 two tiles a warp)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
+    cuda_tiles_from: int = 0  # from this bound two tiles a warp, the second in shared memory
     # The residual projections (o_proj, down) from cuda_rows_min to cuda_rows_max rows (0:
     # never), within those the normed ones from cuda_rows_norm (norm_linear: qkv) and
     # cuda_rows_gate_up rows (0: never), and the head with cuda_rows_head: the CUDA C++
@@ -145,7 +146,7 @@ def check_tuning(t: DecodeTuning) -> DecodeTuning:
     assert whole == 0 or (whole >= 16 and whole & (whole - 1) == 0), "rows_whole_k"
     assert whole_rows >= 1 and t.rows_whole_k_n in (8, 16, 32), "rows_whole_k_rows/n"
     assert t.attn_programs_per_sm >= 1, "attn_programs_per_sm"
-    assert 1 <= t.cuda_cluster <= 8, "cuda_cluster"
+    assert 1 <= t.cuda_cluster <= 8 and t.cuda_tiles_from >= 0, "cuda_cluster/cuda_tiles_from"
     assert t.cuda_rows_min >= 0 and 1 <= t.cuda_rows_max <= 32, "cuda_rows_min/max"
     assert 0 <= t.cuda_rows_warps <= 16, "cuda_rows_warps"
     assert t.cuda_rows_norm >= 0 and t.cuda_rows_gate_up >= 0, "cuda_rows_norm/gate_up"
