@@ -273,7 +273,7 @@ def _tickets_are_zero(device) -> bool:
 CUDA_TILES_CASES = [
     (1, 16, 8, 4096, [4096], 2049),
     (1, 16, 8, 3000, [2999], 2049),
-    (2, 16, 8, 2600, [2049, 2600], 2049),
+    (2, 8, 4, 2600, [2049, 2600], 2049),
     (1, 16, 8, 512, [300], 257),
     (1, 16, 8, 512, [257], 257),
     (8, 16, 8, 512, [512, 1, 257, 300, 511, 17, 400, 450], 257),
@@ -550,6 +550,11 @@ def test_cuda_attention_plan_two_tiles_a_warp_from_their_bound() -> None:
     assert plan(8, 8, 513, 4, 132, 257) is None
     assert plan(4, 8, 1024, 4, 132, 257) == (16, 2, 2)
     assert plan(32, 8, 200, 4, 132, 257) == (13, 1, 1)
+    # below tiles_from, two tiles only where the one-tile clusters exceed half the SMs
+    assert plan(1, 8, 300, 4, 132, 1025) == (5, 4, 1)
+    assert plan(8, 8, 300, 4, 132, 1025) == (10, 1, 2)
+    assert plan(4, 8, 1000, 4, 132, 1025) == (16, 2, 2)
+    assert plan(8, 8, 600, 4, 132, 1025) is None  # two tiles: 128 CTAs a batch of 8
 
 
 def test_short_tiles_apply_up_to_their_bound() -> None:

@@ -19,11 +19,14 @@ kv head, merged through distributed shared memory, and only while the grid takes
 the SMs (B * Hkv * cluster CTAs; measured on an H100 at Qwen3-0.6B's 8 kv heads: at batch 1,
 64 CTAs, 4-11% faster steps than the split Triton kernel; at batch 4, 128 CTAs, 10% slower at
 bound 1,024; on an H200 at batch 8 and 16, grids of 128 to 512 CTAs took 1.4-2x the Triton
-split's time at bounds 512 and 1,024). From `tiles_from` rows (0: never) a warp takes two
-tiles of 16 rows, its second staged in shared memory before the PDL wait (8 KB a warp), so a
-CTA covers 512 rows and a cluster of cdiv(rows, 512) <= 8 CTAs 4,096 (`min_cluster` does not
-apply; a single CTA is not held to the half-SMs rule). Elsewhere `applies` is False and the
-caller keeps the Triton kernels.
+split's time at bounds 512 and 1,024). With `tiles_from` set (0: never), from that many rows
+and wherever the rule above leaves the call to Triton, a warp takes two tiles of 16 rows, its
+second staged in shared memory before the PDL wait (8 KB a warp), so a CTA covers 512 rows and
+a cluster of cdiv(rows, 512) <= 8 CTAs 4,096 (`min_cluster` does not apply; a single CTA is not
+held to the half-SMs rule; measured on an H200: at batch 1 from bound 1,025 to 2,048 -3-10%
+on the step against the one-tile clusters, at 3,000-4,000 1-2% slower than Triton; at 4-16
+rows and bounds to 512, one CTA a head, 5-10% faster steps than Triton). Elsewhere `applies`
+is False and the caller keeps the Triton kernels.
 
 Why CUDA here: the warps of one program each walk their own 16 rows after the PDL wait and
 meet once, through shared memory; Triton spreads a tile's rows over the warps and puts block
@@ -71,10 +74,15 @@ def plan(
     above leave the call to the Triton kernels."""
     if not 1 <= rows <= MAX_BOUND:
         return None
-    if tiles_from and rows >= tiles_from:
+    one = _one_tile(batch, hkv, rows, min_cluster, sms)
+    if tiles_from and (one is None or rows >= tiles_from):
         cluster = -(-rows // (ROWS_PER_WARP * MAX_WARPS * MAX_TILES))
         if cluster <= MAX_CLUSTER and (cluster == 1 or 2 * batch * hkv * cluster <= sms):
             return Split(-(-rows // (ROWS_PER_WARP * MAX_TILES * cluster)), cluster, MAX_TILES)
+    return one
+
+
+def _one_tile(batch: int, hkv: int, rows: int, min_cluster: int, sms: int) -> Split | None:
     if rows > ONE_TILE_BOUND:
         return None
     cluster = 1

@@ -1068,7 +1068,9 @@ class DecodeTuning(NamedTuple):
     cuda_direct: bool = True
     cuda_direct_max: int = 2048  # up to this bound (at most 4,096; past 2,048 two tiles a warp)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
-    cuda_tiles_from: int = 0  # from this bound two tiles a warp, the second in shared memory
+    # two tiles a warp (the second in shared memory) from this bound, and wherever the one-tile
+    # clusters exceed half the SMs (0: never)
+    cuda_tiles_from: int = 1025
     # The residual projections (o_proj, down) from cuda_rows_min to cuda_rows_max rows (0:
     # never), within those the normed ones from cuda_rows_norm (norm_linear: qkv) and
     # cuda_rows_gate_up rows (0: never), and the head with cuda_rows_head: the CUDA C++
