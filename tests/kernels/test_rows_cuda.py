@@ -11,11 +11,15 @@ kernels. Running it needs a GPU; building it needs nvcc (tests/ops/test_cuda_bui
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
-from kernel_checks import TOLERANCE, assert_close
+from kernel_checks import (
+    assert_act_close,
+    assert_close,
+    late_gate_up,
+    late_logits,
+    late_norm_linear,
+)
 
 from evokernel.ops import decode, rows_cuda
 from evokernel.ops.registry import OpSet
@@ -49,50 +53,6 @@ def _randn(*shape, g, dtype, device="cuda", scale=1.0):
     return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
 
 
-# The normed ops as the CUDA kernel rounds them (kernels/cuda/rows_mma.cu): the products take
-# round(x * norm_w), and each row's rstd scales the float32 sums, so the norm's two roundings
-# (transformers': round(round(x * rstd) * w)) become one. Same points, so the usual tolerance.
-def _late_sums(x, norm_w, w, eps):
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return rstd * ((xf * norm_w.float()).to(x.dtype).float() @ w.float().T)
-
-
-def _late_norm_linear(x, norm_w, w, eps, bias=None):
-    acc = _late_sums(x, norm_w, w, eps)
-    return (acc if bias is None else acc + bias.float()).to(x.dtype)
-
-
-def _late_gate_up(x, norm_w, gate_up, eps):
-    gate, up = _late_sums(x, norm_w, gate_up, eps).to(x.dtype).chunk(2, dim=-1)
-    return torch.nn.functional.silu(gate) * up
-
-
-def _late_logits(x, norm_w, w, eps):
-    return _late_sums(x, norm_w, w, eps).to(x.dtype).float()
-
-
-def _ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(1e-30))))
-
-
-def _assert_act_close(act, x, norm_w, gate_up, eps, what):
-    """act = round(round(silu(gate)) * up) against the late reference, allowing on top of the
-    usual tolerance a flip of one ulp in gate, in up or in their roundings (the float32 sums'
-    order decides a rounding of gate or up, which the product carries at the other factor's
-    scale; silu's slope is at most 1.1)."""
-    gate, up = _late_sums(x, norm_w, gate_up, eps).to(x.dtype).chunk(2, dim=-1)
-    silu = torch.nn.functional.silu(gate)
-    want = silu * up
-    atol, rtol = TOLERANCE[x.dtype]
-    g, u, s = gate.double(), up.double(), silu.double()
-    ulp = functools.partial(_ulp, dtype=x.dtype)
-    flip = s.abs() * ulp(u) + u.abs() * (1.1 * ulp(g) + ulp(s)) + ulp(want.double())
-    err = (act.double() - want.double()).abs()
-    bound = atol + rtol * want.double().abs() + flip
-    assert bool((err <= bound).all()), f"{what}: max err {err.max().item():.3e}"
-
-
 def test_the_late_norm_is_the_norm_up_to_one_rounding() -> None:
     """The CUDA kernel's normed products against transformers' rounding, in float32 (on the
     CPU): equal up to float32 noise, so the two differ only where the dtype rounds."""
@@ -100,9 +60,9 @@ def test_the_late_norm_is_the_norm_up_to_one_rounding() -> None:
     x = torch.randn(5, 384, generator=g) * 3
     norm_w = 1 + 0.2 * torch.randn(384, generator=g)
     w = torch.randn(70, 384, generator=g) * 384**-0.5
-    assert_close(_late_norm_linear(x, norm_w, w, EPS), REF.norm_linear(x, norm_w, w, EPS), "y")
+    assert_close(late_norm_linear(x, norm_w, w, EPS), REF.norm_linear(x, norm_w, w, EPS), "y")
     gu = torch.randn(2 * 35, 384, generator=g) * 384**-0.5
-    assert_close(_late_gate_up(x, norm_w, gu, EPS), REF.norm_gate_up_silu(x, norm_w, gu, EPS),
+    assert_close(late_gate_up(x, norm_w, gu, EPS), REF.norm_gate_up_silu(x, norm_w, gu, EPS),
                  "act")  # fmt: skip
 
 
@@ -187,7 +147,7 @@ def test_the_ops_match_their_compositions_and_triton(case, dtype) -> None:
     bias = _randn(N, g=g, dtype=dtype, scale=0.3)
     gate_up = _randn(2 * N, K, g=g, dtype=dtype, scale=K**-0.5)  # I = N, odd
     assert rows_cuda.applies(x, w, norm_w), rows_cuda.library(x.device)
-    late = (_late_norm_linear, _late_logits)
+    late = (late_norm_linear, late_logits)
     ref = (REF.norm_linear, REF.norm_logits)
     for t, name, (linear, head) in ((CUDA_ROWS, "cuda", late), (TRITON, "triton", ref)):
         got = decode.norm_linear(x, norm_w, w, EPS, tuning=t)
@@ -196,7 +156,7 @@ def test_the_ops_match_their_compositions_and_triton(case, dtype) -> None:
         assert_close(got, linear(x, norm_w, w, EPS, bias), f"y + bias ({name})")
         act = decode.norm_gate_up_silu(x, norm_w, gate_up, EPS, tuning=t)
         if name == "cuda":
-            _assert_act_close(act, x, norm_w, gate_up, EPS, "act (cuda)")
+            assert_act_close(act, x, norm_w, gate_up, EPS, "act (cuda)")
         else:
             assert_close(act, REF.norm_gate_up_silu(x, norm_w, gate_up, EPS), "act (triton)")
         logits = decode.norm_logits(x, norm_w, w, EPS, tuning=t)
@@ -222,7 +182,7 @@ def test_shapes_past_the_engines_limit_launched_directly(M, N, K) -> None:
     assert not rows_cuda.applies(x, w, norm_w, most=rows_cuda.ENGINE_MAX_CHUNKS)
     y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS)
-    assert_close(y, _late_norm_linear(x, norm_w, w, EPS), "y")
+    assert_close(y, late_norm_linear(x, norm_w, w, EPS), "y")
     res = _randn(M, N, g=g, dtype=torch.bfloat16)
     want = REF.linear_residual(x, w, res.clone())
     rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res)
@@ -243,13 +203,13 @@ def test_every_warp_count_gives_the_same_outputs(warps) -> None:
     assert rows_cuda.applies(x, w, norm_w, rows_cuda.OP_LINEAR, warps)
     y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     rows_cuda.launch(rows_cuda.OP_LINEAR, x, w, y, norm_weight=norm_w, eps=EPS, warps=warps)
-    assert_close(y, _late_norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")
+    assert_close(y, late_norm_linear(x, norm_w, w, EPS), f"y, {warps} warps")
     assert rows_cuda.applies(x, gu, norm_w, rows_cuda.OP_GATE_UP, warps) == (warps >= 4)
     if warps >= 4:
         act = torch.empty(M, 301, device="cuda", dtype=torch.bfloat16)
         rows_cuda.launch(rows_cuda.OP_GATE_UP, x, gu, act, norm_weight=norm_w, eps=EPS,
                          warps=warps)  # fmt: skip
-        _assert_act_close(act, x, norm_w, gu, EPS, f"act, {warps} warps")
+        assert_act_close(act, x, norm_w, gu, EPS, f"act, {warps} warps")
     res = _randn(M, N, g=g, dtype=torch.bfloat16)
     want = REF.linear_residual(x, w, res.clone())
     rows_cuda.launch(rows_cuda.OP_RESIDUAL, x, w, res, warps=warps)
@@ -266,7 +226,7 @@ def test_a_strided_x_and_out_rows() -> None:
     w = _randn(N, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
     assert rows_cuda.applies(x, w, norm_w)
     assert_close(decode.norm_linear(x, norm_w, w, EPS, tuning=CUDA_ROWS),
-                 _late_norm_linear(x.contiguous(), norm_w, w, EPS), "y, strided x")  # fmt: skip
+                 late_norm_linear(x.contiguous(), norm_w, w, EPS), "y, strided x")  # fmt: skip
     res_big = _randn(M, N + 8, g=g, dtype=torch.bfloat16)
     res = res_big[:, :N]
     want = REF.linear_residual(x.contiguous(), w, res.clone())
@@ -288,10 +248,10 @@ def test_the_greedy_head_takes_each_rows_argmax_with_ties_to_the_lower_row(M, V)
     lm_head = _randn(V, K, g=g, dtype=torch.bfloat16, scale=K**-0.5)
     # rows 7 and V - 3 copies of batch row 0's largest logit's row, scaled above every
     # other: row 0's argmax is the lower of the two; the other rows argmax their own logits
-    first = _late_logits(x[:1], norm_w, lm_head, EPS)[0]
+    first = late_logits(x[:1], norm_w, lm_head, EPS)[0]
     src = int(first.abs().argmax())
     lm_head[7] = lm_head[V - 3] = lm_head[src] * (4.0 if float(first[src]) > 0 else -4.0)
-    want = _late_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)  # the first of the ties
+    want = late_logits(x, norm_w, lm_head, EPS).argmax(dim=-1)  # the first of the ties
     assert int(want[0]) == 7
     pos = torch.arange(M, dtype=torch.int32, device="cuda")
     tokens, lens = torch.full((M,), -1, dtype=torch.int64, device="cuda"), pos + 1

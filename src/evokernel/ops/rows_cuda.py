@@ -29,11 +29,11 @@ activations after it from L1, normalised in registers: no shared memory on the o
 
 Where it pays (one H200, docs/perf-log.md): the residual ops (one round trip after the wait)
 15-25% faster than the Triton rows kernels from 4 to 16 rows, so the engine runs o_proj and
-down on it from 3 to 16 rows (`DecodeTuning.cuda_rows_*`). The normed ops (a second pass over
-the activations behind a block barrier for the norm's sums, and register-bound CTAs) and the
-head (thousands of CTAs paying that chain) measured 1.3-2x slower than the Triton kernels
-(`cuda_rows_norm`, `cuda_rows_head`: off by default); at one and two rows the one-row kernels
-are faster, and at 32 rows down is slower.
+down on it from 3 to 16 rows (`DecodeTuning.cuda_rows_*`); qkv too (its norm in the epilogue:
+4.1 against 4.5 us a layer at 8 rows, 5.4 against 7.3 at 16), gate_up from 9 rows (slower at
+8: its 384 CTAs of 8 warps, three an SM). The head (thousands of CTAs) measured 1.3-2x slower
+than the Triton kernel (`cuda_rows_head`: off by default); at one and two rows the one-row
+kernels are faster, and at 32 rows down is slower.
 
 Work split (`plan`): a CTA owns `tiles` tiles of 8 weight rows over the whole K (gate_up: 8
 gate rows and their 8 up rows), its warps splitting K by chunks of 128 (at most `cmax` a warp:
