@@ -54,6 +54,18 @@ __device__ __forceinline__ void copy4(void* dst, const void* src, bool live) {
                : "memory");
 }
 
+// A head's 16 probabilities of a tile, from the warp's shared-memory row (16-byte reads).
+__device__ __forceinline__ void load_probs(const float* src, float (&pr)[ROWS]) {
+#pragma unroll
+  for (int i = 0; i < ROWS; i += 4) {
+    const float4 f = *reinterpret_cast<const float4*>(src + i);
+    pr[i] = f.x;
+    pr[i + 1] = f.y;
+    pr[i + 2] = f.z;
+    pr[i + 3] = f.w;
+  }
+}
+
 constexpr int STAGE_WORDS = ROWS * 4 * 32;  // a warp's staged tile: [row][k lo, k hi, v lo, v hi][lane]
 
 template <typename T, int G, int TILES>
@@ -191,14 +203,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
       const float fn = mine ? ex2(s_new[g] - m_run[g]) : 0.f;  // the new row's weight
       l_run[g] += fn;
       float pr[ROWS];
-#pragma unroll
-      for (int i = 0; i < ROWS; i += 4) {
-        const float4 f = *reinterpret_cast<const float4*>(&sp[warp][g * ROWS + i]);
-        pr[i] = f.x;
-        pr[i + 1] = f.y;
-        pr[i + 2] = f.z;
-        pr[i + 3] = f.w;
-      }
+      load_probs(&sp[warp][g * ROWS], pr);
       Quad a;
       a.lo = make_float2(vn.lo.x * fn, vn.lo.y * fn);
       a.hi = make_float2(vn.hi.x * fn, vn.hi.y * fn);
@@ -250,14 +255,7 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
           const float fn = mine1 ? ex2(s_new[g] - m_run[g]) : 0.f;
           l_run[g] += fn;
           float pr[ROWS];
-#pragma unroll
-          for (int i = 0; i < ROWS; i += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(&sp[warp][g * ROWS + i]);
-            pr[i] = f.x;
-            pr[i + 1] = f.y;
-            pr[i + 2] = f.z;
-            pr[i + 3] = f.w;
-          }
+          load_probs(&sp[warp][g * ROWS], pr);
           const float c = rescale[g];
           Quad a;
           a.lo = make_float2(acc[g].lo.x * c + vn.lo.x * fn, acc[g].lo.y * c + vn.lo.y * fn);
