@@ -310,18 +310,11 @@ def test_cuda_attention_two_tiles_a_warp_match_composition(B, hq, hkv, S, lens, 
         pytest.skip("the CUDA attention needs sm_90+")
     D, scale = 128, 128**-0.5
     inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + tiles_from)
-    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    qkv, kc = inputs[0], inputs[6]
     tuning = decode.DecodeTuning(cuda_direct_max=4096, cuda_tiles_from=tiles_from)
     split = attention_cuda.split_for(qkv, kc, hq, S, 4096, tuning.cuda_cluster, tiles_from)
     assert split is not None and split.tiles == 2, split
-    ref_kc, ref_vc = kc.clone(), vc.clone()
-    got = decode.decode_attention_qkv(
-        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, tuning=tuning
-    )
-    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
-    assert_close(got, want, "CUDA attention, two tiles a warp")
-    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
-    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+    _check_fused_attention(inputs, hq, S, scale, tuning, "CUDA attention, two tiles a warp")
 
 
 @pytest.mark.parametrize("combine", COMBINES)
@@ -404,6 +397,20 @@ CUDA_CLUSTER_CASES = [
 ]
 
 
+def _check_fused_attention(inputs, hq, S, scale, tuning, what) -> None:
+    """The engine's fused attention with `tuning` against the composition: out and both
+    caches (the new row appended, nothing else written)."""
+    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    got = decode.decode_attention_qkv(
+        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, tuning=tuning
+    )
+    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
+    assert_close(got, want, what)
+    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
+    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("B,hq,hkv,S,lens,cluster", CUDA_CLUSTER_CASES)
@@ -414,18 +421,11 @@ def test_cuda_attention_clusters_match_composition(B, hq, hkv, S, lens, cluster,
         pytest.skip("the CUDA attention needs sm_90+")
     D, scale = 128, 128**-0.5
     inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + cluster)
-    qkv, qn, kn, cos, sin, pos, kc, vc, seq = inputs
+    qkv, kc = inputs[0], inputs[6]
     tuning = decode.DecodeTuning(cuda_cluster=cluster, cuda_tiles_from=0)  # one tile a warp
     assert attention_cuda.applies(qkv, kc, hq, S, tuning.cuda_direct_max, cluster)
     assert not attention_cuda.applies(qkv, kc, hq, S, 256)  # beyond a bound of 256
-    ref_kc, ref_vc = kc.clone(), vc.clone()
-    got = decode.decode_attention_qkv(
-        qkv, qn, kn, cos, sin, pos, kc, vc, seq, scale, EPS, S, tuning=tuning
-    )
-    want = REF.decode_attention_qkv(qkv, qn, kn, cos, sin, pos, ref_kc, ref_vc, seq, scale, EPS, S)
-    assert_close(got, want, "CUDA attention, clusters")
-    assert_close(kc.nan_to_num(7.0), ref_kc.nan_to_num(7.0), "k_cache")
-    assert_close(vc.nan_to_num(7.0), ref_vc.nan_to_num(7.0), "v_cache")
+    _check_fused_attention(inputs, hq, S, scale, tuning, "CUDA attention, clusters")
 
 
 @pytest.mark.parametrize("combine", COMBINES)
