@@ -312,7 +312,7 @@ def test_cuda_attention_two_tiles_a_warp_match_composition(B, hq, hkv, S, lens, 
     inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + tiles_from)
     qkv, kc = inputs[0], inputs[6]
     tuning = decode.DecodeTuning(cuda_direct_max=4096, cuda_tiles_from=tiles_from)
-    split = attention_cuda.split_for(qkv, kc, hq, S, 4096, tuning.cuda_cluster, tiles_from)
+    split = attention_cuda.split_for(qkv, kc, hq, S, 4096, tuning.cuda_cluster, True, tiles_from)
     assert split is not None and split.tiles == 2, split
     _check_fused_attention(inputs, hq, S, scale, tuning, "CUDA attention, two tiles a warp")
 
@@ -422,7 +422,7 @@ def test_cuda_attention_clusters_match_composition(B, hq, hkv, S, lens, cluster,
     D, scale = 128, 128**-0.5
     inputs = _attention_inputs(B, hq, hkv, D, S, lens, dtype, "cuda", seed=B + S + cluster)
     qkv, kc = inputs[0], inputs[6]
-    tuning = decode.DecodeTuning(cuda_cluster=cluster, cuda_tiles_from=0)  # one tile a warp
+    tuning = decode.DecodeTuning(cuda_cluster=cluster, cuda_tiles=False)  # one tile a warp
     assert attention_cuda.applies(qkv, kc, hq, S, tuning.cuda_direct_max, cluster)
     assert not attention_cuda.applies(qkv, kc, hq, S, 256)  # beyond a bound of 256
     _check_fused_attention(inputs, hq, S, scale, tuning, "CUDA attention, clusters")
@@ -557,22 +557,23 @@ def test_cuda_attention_plan_two_tiles_a_warp_from_their_bound() -> None:
     from evokernel.ops.attention_cuda import plan
 
     # from tiles_from rows: 512 rows a CTA, a cluster of cdiv(rows, 512) (no min_cluster)
-    assert plan(1, 8, 2049, 4, 132, 2049) == (13, 5, 2)
-    assert plan(1, 8, 4096, 4, 132, 2049) == (16, 8, 2)
-    assert plan(1, 8, 4097, 4, 132, 2049) is None
-    assert plan(1, 8, 2048, 4, 132, 2049) == (16, 8, 1)  # below it: one tile
-    assert plan(1, 8, 300, 4, 132, 257) == (10, 1, 2)
+    assert plan(1, 8, 2049, 4, 132, False, 2049) == (13, 5, 2)
+    assert plan(1, 8, 4096, 4, 132, False, 2049) == (16, 8, 2)
+    assert plan(1, 8, 4097, 4, 132, False, 2049) is None
+    assert plan(1, 8, 2048, 4, 132, False, 2049) == (16, 8, 1)  # below it: one tile
+    assert plan(1, 8, 300, 4, 132, False, 257) == (10, 1, 2)
     # a single CTA a head at any batch; clusters while the grid takes half the SMs, else
     # the one-tile rule (here: Triton)
-    assert plan(8, 8, 512, 4, 132, 257) == (16, 1, 2)
-    assert plan(8, 8, 513, 4, 132, 257) is None
-    assert plan(4, 8, 1024, 4, 132, 257) == (16, 2, 2)
-    assert plan(32, 8, 200, 4, 132, 257) == (13, 1, 1)
-    # below tiles_from, two tiles only where the one-tile clusters exceed half the SMs
-    assert plan(1, 8, 300, 4, 132, 1025) == (5, 4, 1)
-    assert plan(8, 8, 300, 4, 132, 1025) == (10, 1, 2)
-    assert plan(4, 8, 1000, 4, 132, 1025) == (16, 2, 2)
-    assert plan(8, 8, 600, 4, 132, 1025) is None  # two tiles: 128 CTAs a batch of 8
+    assert plan(8, 8, 512, 4, 132, False, 257) == (16, 1, 2)
+    assert plan(8, 8, 513, 4, 132, False, 257) is None
+    assert plan(4, 8, 1024, 4, 132, False, 257) == (16, 2, 2)
+    assert plan(32, 8, 200, 4, 132, False, 257) == (13, 1, 1)
+    # two_tiles: two tiles only where the one-tile clusters exceed half the SMs
+    assert plan(1, 8, 1500, 4, 132, True) == (16, 6, 1)
+    assert plan(8, 8, 300, 4, 132, True) == (10, 1, 2)
+    assert plan(8, 8, 300, 4, 132) is None  # without: Triton
+    assert plan(4, 8, 1000, 4, 132, True) == (16, 2, 2)
+    assert plan(8, 8, 600, 4, 132, True) is None  # two tiles: 128 CTAs a batch of 8
 
 
 def test_short_tiles_apply_up_to_their_bound() -> None:

@@ -153,13 +153,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cuda-1k": {"cuda_direct_max": 1024},
     "cuda-cl2": {"cuda_cluster": 2},
     "cuda-cl8": {"cuda_cluster": 8},
-    # Two tiles a warp (the second staged in shared memory; by default from bound 1,025 and
-    # where the one-tile clusters exceed half the SMs): never, from 2,049 and 257 (a single
-    # CTA of 16 warps up to 512 rows), and to bound 4,096.
-    "tiles-off": {"cuda_tiles_from": 0},
-    "tiles-2k": {"cuda_tiles_from": 2049},
+    # Two tiles a warp (the second staged in shared memory; by default only where the one-tile
+    # clusters exceed half the SMs): never, and also from bound 1,025, 2,049 (to 4,096) and 257
+    # (a single CTA of 16 warps up to 512 rows) at any batch.
+    "tiles-off": {"cuda_tiles": False},
+    "tiles-1k": {"cuda_tiles_from": 1025},
+    "tiles-2k": {"cuda_direct_max": 4096, "cuda_tiles_from": 2049},
     "tiles-257": {"cuda_tiles_from": 257},
-    "tiles-4k": {"cuda_direct_max": 4096},
     # The CUDA C++ tensor-core rows kernel (ops/rows_cuda.py; by default o_proj, down and qkv
     # from 3 to 16 rows, gate_up from 9): off (the Triton rows kernels everywhere), for every
     # projection and the head from 2 rows, from 1 (batch 1 too), without the head, and so with

@@ -19,14 +19,14 @@ kv head, merged through distributed shared memory, and only while the grid takes
 the SMs (B * Hkv * cluster CTAs; measured on an H100 at Qwen3-0.6B's 8 kv heads: at batch 1,
 64 CTAs, 4-11% faster steps than the split Triton kernel; at batch 4, 128 CTAs, 10% slower at
 bound 1,024; on an H200 at batch 8 and 16, grids of 128 to 512 CTAs took 1.4-2x the Triton
-split's time at bounds 512 and 1,024). With `tiles_from` set (0: never), from that many rows
-and wherever the rule above leaves the call to Triton, a warp takes two tiles of 16 rows, its
-second staged in shared memory before the PDL wait (8 KB a warp), so a CTA covers 512 rows and
-a cluster of cdiv(rows, 512) <= 8 CTAs 4,096 (`min_cluster` does not apply; a single CTA is not
-held to the half-SMs rule; measured on an H200: at batch 1 from bound 1,025 to 2,048 -3-10%
-on the step against the one-tile clusters, at 3,000-4,000 1-2% slower than Triton; at 4-16
-rows and bounds to 512, one CTA a head, 5-10% faster steps than Triton). Elsewhere `applies`
-is False and the caller keeps the Triton kernels.
+split's time at bounds 512 and 1,024). With `two_tiles`, wherever that rule leaves the call to
+Triton, and from `tiles_from` rows if set, a warp takes two tiles of 16 rows, its second staged
+in shared memory before the PDL wait (8 KB a warp), so a CTA covers 512 rows and a cluster of
+cdiv(rows, 512) <= 8 CTAs 4,096 (`min_cluster` does not apply; a single CTA is not held to the
+half-SMs rule). Measured on an H200 (docs/perf-log.md): at 4-16 rows and bounds to 512 (one
+CTA a head) 5-10% faster steps than the Triton split; at batch 1, where the second tiles hold
+live rows, slower than the one-tile clusters and than Triton past 2,048, so `tiles_from` is
+off. Elsewhere `applies` is False and the caller keeps the Triton kernels.
 
 Why CUDA here: the warps of one program each walk their own 16 rows after the PDL wait and
 meet once, through shared memory; Triton spreads a tile's rows over the warps and puts block
@@ -68,14 +68,16 @@ def library(device: torch.device) -> ctypes.CDLL | None:
 
 
 def plan(
-    batch: int, hkv: int, rows: int, min_cluster: int, sms: int, tiles_from: int = 0
-) -> Split | None:
+    batch: int, hkv: int, rows: int, min_cluster: int, sms: int, two_tiles: bool = False,
+    tiles_from: int = 0,
+) -> Split | None:  # fmt: skip
     """The work split for `rows` cache rows of `batch` x `hkv` heads, or None where the rules
-    above leave the call to the Triton kernels."""
+    above leave the call to the Triton kernels: two tiles a warp where `two_tiles` and the
+    one-tile clusters do not fit, or from `tiles_from` rows (0: never)."""
     if not 1 <= rows <= MAX_BOUND:
         return None
     one = _one_tile(batch, hkv, rows, min_cluster, sms)
-    if tiles_from and (one is None or rows >= tiles_from):
+    if (two_tiles and one is None) or (tiles_from and rows >= tiles_from):
         cluster = -(-rows // (ROWS_PER_WARP * MAX_WARPS * MAX_TILES))
         if cluster <= MAX_CLUSTER and (cluster == 1 or 2 * batch * hkv * cluster <= sms):
             return Split(-(-rows // (ROWS_PER_WARP * MAX_TILES * cluster)), cluster, MAX_TILES)
@@ -101,7 +103,7 @@ def _sms(device: torch.device) -> int:
 
 def split_for(
     qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
-    min_cluster: int = 4, tiles_from: int = 0,
+    min_cluster: int = 4, two_tiles: bool = False, tiles_from: int = 0,
 ) -> Split | None:  # fmt: skip
     """`plan`'s split where the CUDA kernel serves this call (shapes, dtype, bound up to
     `max_bound`, the work split, GPU, a built library), else None."""
@@ -114,16 +116,17 @@ def split_for(
     if torch.cuda.get_device_capability(device) < (9, 0):
         return None
     rows = min(bound, k_cache.shape[2])
-    split = plan(qkv.shape[0], hkv, rows, min_cluster, _sms(device), tiles_from)
+    split = plan(qkv.shape[0], hkv, rows, min_cluster, _sms(device), two_tiles, tiles_from)
     return split if library(device) is not None else None
 
 
 def applies(
     qkv: torch.Tensor, k_cache: torch.Tensor, hq: int, bound: int, max_bound: int = 256,
-    min_cluster: int = 4, tiles_from: int = 0,
+    min_cluster: int = 4, two_tiles: bool = False, tiles_from: int = 0,
 ) -> bool:  # fmt: skip
     """Whether the CUDA kernel serves this call (`split_for` is not None)."""
-    return split_for(qkv, k_cache, hq, bound, max_bound, min_cluster, tiles_from) is not None
+    split = split_for(qkv, k_cache, hq, bound, max_bound, min_cluster, two_tiles, tiles_from)
+    return split is not None
 
 
 def launch(

@@ -19,8 +19,8 @@ Where each call goes:
     CUDA C++ one-pass kernel where it applies (`tuning.cuda_direct`, ops/attention_cuda.py:
     head_dim 128, 2 query heads per kv head, q/k norms, bf16/fp16, sm_90+, nvcc present;
     beyond 256 rows a cluster of at least `tuning.cuda_cluster` CTAs per kv head, while the
-    grid takes at most half the SMs; from `tuning.cuda_tiles_from` two tiles a warp), else
-    ops/layer.py's Triton attention;
+    grid takes at most half the SMs; where they do not fit, with `tuning.cuda_tiles`, two
+    tiles a warp, one CTA a kv head to 512 rows), else ops/layer.py's Triton attention;
   * the head (final norm + lm_head): its logits, or greedy argmax folded into one int64 key
     per row by the lm_head programs (an atomic max on a kept zeroed buffer, `argmax_keys`)
     and a one-program kernel that turns the keys into tokens.
@@ -200,7 +200,7 @@ def decode_attention_qkv(
         split is None and tuning.cuda_direct and q_norm is not None and k_norm is not None
         and (cuda_split := attention_cuda.split_for(
             qkv, k_cache, hq, bound, tuning.cuda_direct_max, tuning.cuda_cluster,
-            tuning.cuda_tiles_from,
+            tuning.cuda_tiles, tuning.cuda_tiles_from,
         )) is not None
     ):  # fmt: skip
         out = torch.empty((B, hq, D), device=qkv.device, dtype=qkv.dtype)

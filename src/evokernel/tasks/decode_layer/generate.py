@@ -49,8 +49,8 @@ ROOTS = ("DecodeTuning", "norm_linear", "linear_residual", "norm_gate_up_silu", 
 # DecodeTuning fields of the engine's CUDA C++ kernels (ops/decode.py dispatches to them; the
 # seed's launchers never do): no knobs of the seed, the CUDA attention off in its record.
 ENGINE_ONLY = (
-    "cuda_direct", "cuda_tiles_from", "cuda_rows_min", "cuda_rows_max", "cuda_rows_warps",
-    "cuda_rows_norm", "cuda_rows_gate_up", "cuda_rows_head",
+    "cuda_direct", "cuda_tiles", "cuda_tiles_from", "cuda_rows_min", "cuda_rows_max",
+    "cuda_rows_warps", "cuda_rows_norm", "cuda_rows_gate_up", "cuda_rows_head",
 )  # fmt: skip
 
 # The knobs: DecodeTuning field -> declared values for `tune` (the first one is the seed's

@@ -1091,11 +1091,12 @@ class DecodeTuning(NamedTuple):
     # where it applies (ops/attention_cuda.py; the engine only: a task candidate cannot build
     # it)
     cuda_direct: bool = True
-    cuda_direct_max: int = 2048  # up to this bound (at most 4,096; past 2,048 two tiles a warp)
+    cuda_direct_max: int = 2048  # up to this bound (at most 4,096: past 2,048 by two tiles)
     cuda_cluster: int = 4  # its CTAs per kv head beyond 256 rows (at least; 1..8)
-    # two tiles a warp (the second in shared memory) from this bound, and wherever the one-tile
-    # clusters exceed half the SMs (0: never)
-    cuda_tiles_from: int = 1025
+    # two tiles a warp (the second in shared memory) where the one-tile clusters exceed half
+    # the SMs (batched decode), and from the bound cuda_tiles_from at any batch (0: never)
+    cuda_tiles: bool = True
+    cuda_tiles_from: int = 0
     # The residual projections (o_proj, down) from cuda_rows_min to cuda_rows_max rows (0:
     # never), within those the normed ones from cuda_rows_norm (norm_linear: qkv) and
     # cuda_rows_gate_up rows (0: never), and the head with cuda_rows_head: the CUDA C++
