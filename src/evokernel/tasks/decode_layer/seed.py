@@ -1102,7 +1102,7 @@ class DecodeTuning(NamedTuple):
     # cuda_rows_gate_up rows (0: never), and the head with cuda_rows_head: the CUDA C++
     # tensor-core kernel where it applies (ops/rows_cuda.py; the engine only), its warps a CTA
     # cuda_rows_warps (0: by K). Measured on an H200 (docs/perf-log.md): o_proj and down 15-25%
-    # faster than the Triton rows kernels from 4 to 16 rows, qkv faster from 8 rows (its norm
+    # faster than the Triton rows kernels from 4 to 16 rows, qkv faster from 4 rows (its norm
     # in the epilogue), gate_up at 16 rows but not at 8, the head slower; at 2 rows slower than
     # the one-row kernels
     cuda_rows_min: int = 3
