@@ -17,7 +17,12 @@ programmatic dependent launch) on the checkpoint's real weights (bf16, CUDA):
   * the whole greedy step as the engine runs it (one graph) at each position: microseconds,
     tok/s, % of the step's floor ((weights + KV bytes at that position) / copy bandwidth), and
     the same step replayed back to back (`b2b_us`: 20 replays between two events, so the
-    gaps between graph launches count, as in a decode loop).
+    gaps between graph launches count, as in a decode loop). The step at position p runs at
+    the smallest context bucket >= p + reps + 30 (so the replays stay inside it), which is
+    not always the engine's bucket for p: a position within that margin below a bucket's top
+    (1,000 with the default reps: bound 2,048, its rows past 1,060 empty) runs a bound the
+    engine would not use there. Choose positions inside a bucket, or a --cache that makes the
+    bound the cache's length.
 
 With --batch B every stage and step runs B rows (B sequences, each at the position), the way
 a batched step does: weight floors are unchanged, KV floors are B times the position's.
