@@ -23,13 +23,10 @@ These are the one-row-at-a-time kernels (CUDA cores; each row's products in regi
 the program's weight tile); batches of rows go to kernels/rows.py's tensor-core kernel.
 
 Rounding follows transformers in the model dtype: the norm rounds to the dtype before and
-after its weight (with LATE, qkv's and gate_up's norm instead takes round(x * weight) into
-the products and scales their float32 sums by the row's rstd: one rounding instead of two,
-and the norm's reduction no longer ahead of the products'), every projection output is
-rounded (a bias is added before that rounding, as cuBLAS's epilogue adds it), the residual
-sum is rounded, SiLU rounds and the product rounds. Greedy argmax compares the logits
-rounded to the model dtype (what the reference's lm_head returns), with ties going to the
-lowest id.
+after its weight, every projection output is rounded (a bias is added before that rounding,
+as cuBLAS's epilogue adds it), the residual sum is rounded, SiLU rounds and the product
+rounds. Greedy argmax compares the logits rounded to the model dtype (what the
+reference's lm_head returns), with ties going to the lowest id.
 
 Every kernel with PDL=True calls gdc_wait() before it reads anything an earlier kernel wrote and
 before it writes anything, and calls gdc_launch_dependents() early, so a chain of these kernels
@@ -65,15 +62,6 @@ def _input_row(x_ptr, norm_w, cols, eps, K: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _weighted_row(x_ptr, norm_w, cols, eps, K: tl.constexpr):
-    """LATE's row: (round(x * norm_w) as float32 [BLOCK_K], the row's rstd), the two
-    independent, so the norm's reduction and the products' can overlap."""
-    x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    return (x * norm_w).to(x_ptr.dtype.element_ty).to(tl.float32), rstd
-
-
-@triton.jit
 def _norm_weight(norm_ptr, cols, K: tl.constexpr, NORM: tl.constexpr):
     if NORM:
         return tl.load(norm_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
@@ -100,7 +88,6 @@ def norm_gemv_kernel(
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
-    LATE: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
@@ -111,12 +98,8 @@ def norm_gemv_kernel(
     pdl_enter(PDL)
     for m in tl.static_range(BLOCK_M):
         if m < M:
-            if NORM and LATE:
-                x, rstd = _weighted_row(x_ptr + m * stride_x, norm_w, cols, eps, K)
-                y = tl.sum(w.to(tl.float32) * x[None, :], axis=1) * rstd
-            else:
-                x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
-                y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
             if HAS_BIAS:
                 y += bias
             tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -170,7 +153,6 @@ def norm_gate_up_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    LATE: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
@@ -181,15 +163,9 @@ def norm_gate_up_kernel(
     dtype = act_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
-            if LATE:
-                x, rstd = _weighted_row(x_ptr + m * stride_x, norm_w, cols, eps, K)
-            else:
-                x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
-                rstd = 1.0
-            g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1) * rstd
-            u = tl.sum(wu.to(tl.float32) * x[None, :], axis=1) * rstd
-            g = g.to(dtype).to(tl.float32)
-            u = u.to(dtype).to(tl.float32)
+            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
+            g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
+            u = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
             tl.store(act_ptr + m * stride_act + rows, (s * u).to(dtype), mask=rows < INTER)
 

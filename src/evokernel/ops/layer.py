@@ -292,7 +292,7 @@ def norm_linear(x, norm_weight, weight, bias, eps, tuning):
     norm_gemv_kernel[(triton.cdiv(N, block_n),)](
         x, norm_weight, weight, bias if bias is not None else x, y, M, N, x.stride(0),
         weight.stride(0), y.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
-        NORM=True, HAS_BIAS=bias is not None, PDL=tuning.pdl, LATE=tuning.late_norm,
+        NORM=True, HAS_BIAS=bias is not None, PDL=tuning.pdl,
         num_warps=gemv_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return y
@@ -326,8 +326,7 @@ def norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning):
     norm_gate_up_kernel[(triton.cdiv(inter, block_n),)](
         x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0), act.stride(0),
         eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
-        LATE=tuning.late_norm, num_warps=gemv_warps(2 * block_n, block_k, tuning),
-        launch_pdl=tuning.pdl,
+        num_warps=gemv_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return act
 

@@ -333,18 +333,21 @@ __global__ void __launch_bounds__(32 * MAX_WARPS) attention_direct_kernel(
 }
 
 // One launch of the instantiation for (T, G, TILES); two tiles take the warps' staging
-// buffers as dynamic shared memory (past the 48 KB default: the limit raised once).
+// buffers as dynamic shared memory (past the 48 KB default: the limit raised once a device,
+// as a function attribute holds per device).
 template <typename T, int G, int TILES, typename... Args>
-cudaError_t launch_kernel(cudaLaunchConfig_t cfg, Args... args) {
+cudaError_t launch_kernel(int device, cudaLaunchConfig_t cfg, Args... args) {
   auto* kernel = attention_direct_kernel<T, G, TILES>;
   if constexpr (TILES == 2) {
-    static bool raised = false;  // per instantiation (and process: one device kind)
-    if (!raised) {
+    constexpr int DEVICES = 64;
+    static bool raised[DEVICES] = {};  // per instantiation and device
+    if (device < 0 || device >= DEVICES) return cudaErrorInvalidDevice;
+    if (!raised[device]) {
       const cudaError_t err = cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
           (int)(sizeof(uint32_t) * STAGE_WORDS * MAX_WARPS));
       if (err != cudaSuccess) return err;
-      raised = true;
+      raised[device] = true;
     }
     cfg.dynamicSmemBytes = sizeof(uint32_t) * STAGE_WORDS * (cfg.blockDim.x / 32);
   }
@@ -389,8 +392,8 @@ extern "C" int evk_attention_direct(int dtype, int pdl, void** a, const float* f
       (const int*)a[5], (const int*)a[6], (T*)a[7], (T*)a[8], (T*)a[9], f[0], f[1], n[1],  \
       cl, n[2], n[3], st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8]
 #define EVK_LAUNCH(T, G)                                              \
-  return (int)(tiles == 1 ? launch_kernel<T, G, 1>(cfg, EVK_ARGS(T)) \
-                          : launch_kernel<T, G, 2>(cfg, EVK_ARGS(T)))
+  return (int)(tiles == 1 ? launch_kernel<T, G, 1>(n[5], cfg, EVK_ARGS(T)) \
+                          : launch_kernel<T, G, 2>(n[5], cfg, EVK_ARGS(T)))
   if (dtype == 0 && group == 2) EVK_LAUNCH(__nv_bfloat16, 2);
   if (dtype == 0) EVK_LAUNCH(__nv_bfloat16, 4);
   if (group == 2) EVK_LAUNCH(__half, 2);
