@@ -1,5 +1,5 @@
 """Comparison helpers for kernel tests (max and mean error in the failure message), and the
-late norm's references."""
+CUDA rows kernel's normed references."""
 
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def assert_close(
     )
 
 
-# The normed ops as the late norm rounds them (kernels/cuda/rows_mma.cu, kernels/gemv.py
-# LATE): the products take round(x * norm_w), and each row's rstd scales the float32 sums, so
-# the norm's two roundings (transformers': round(round(x * rstd) * w)) become one. Same points
-# as those kernels, so the usual tolerance.
+# The normed ops as the CUDA rows kernel rounds them (kernels/cuda/rows_mma.cu): the products
+# take round(x * norm_w), and each row's rstd scales the float32 sums, so the norm's two
+# roundings (transformers': round(round(x * rstd) * w)) become one. Same points as the
+# kernel's, so the usual tolerance.
 def late_sums(x, norm_w, w, eps):
     xf = x.float()
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from kernel_checks import DTYPES, assert_act_close, assert_close, late_norm_linear
+from kernel_checks import DTYPES, assert_close
 
 from evokernel.kernels.gemv import argmax_key
 from evokernel.ops import decode, layer, rope
@@ -131,24 +131,6 @@ def test_gemv_ops_match_their_compositions(M, N, K, dtype, path, device) -> None
     assert_close(got, want, "residual")
     if path.startswith("rows"):  # the split's tickets are left zero for the next launch
         assert not layer.kept_zeros("rows_tickets", torch.device(device), 1, torch.int32).any()
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M,N,K", GEMV_CASES)
-def test_one_row_kernels_with_the_late_norm_match_its_reference(M, N, K, dtype, device) -> None:
-    """`late_norm`: qkv's and gate_up's one-row kernels take round(x * norm_w) into the
-    products and the row's rstd on their float32 sums (kernel_checks' late references)."""
-    t = decode.DecodeTuning(late_norm=True, rows_min=1 << 30, cuda_rows_min=0)
-    g = torch.Generator().manual_seed(M * 1000 + N + K + 1)
-    x = _randn(M, K, g=g, dtype=dtype, device=device, scale=3.0)
-    norm_w = (1 + 0.2 * torch.randn(K, generator=g)).to(device, dtype)
-    w = _randn(N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
-    bias = _randn(N, g=g, dtype=dtype, device=device, scale=0.3)
-    gate_up = _randn(2 * N, K, g=g, dtype=dtype, device=device, scale=K**-0.5)
-    got = decode.norm_linear(x, norm_w, w, EPS, bias, tuning=t)
-    assert_close(got, late_norm_linear(x, norm_w, w, EPS, bias), "y + bias")
-    act = decode.norm_gate_up_silu(x, norm_w, gate_up, EPS, tuning=t)
-    assert_act_close(act, x, norm_w, gate_up, EPS, "act")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

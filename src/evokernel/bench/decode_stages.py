@@ -73,7 +73,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tile16k": {"tile_bytes": 16 * 1024},
     "tile64k": {"tile_bytes": 64 * 1024},
     "warps4": {"gemv_warps": 4},
-    "late-norm": {"late_norm": True},  # the one-row qkv and gate_up: rstd on the sums
     "attn-n32": {"attn_block_n": 32},
     "attn-n128": {"attn_block_n": 128, "attn_warps": 8},
     # The first bucket (bounds <= 256): other tiles and warps, one-tile chunks throughout.

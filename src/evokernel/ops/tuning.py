@@ -3,9 +3,8 @@
 The engine's fused decode ops (ops/decode.py) and the `decode_layer` task's seed (generated
 from ops/layer.py, tasks/decode_layer/generate.py) read the same record: the seed builds one
 from the knobs of its EVOLVE-BLOCK, so what `tune` searches is exactly what the engine runs.
-No field changes a result beyond float32 summation order, but `late_norm` and the engine's
-CUDA rows kernel (ops/rows_cuda.py), which round the norm once where transformers rounds
-twice.
+No field changes a result beyond float32 summation order, but those of the engine's CUDA rows
+kernel (ops/rows_cuda.py), which rounds the norm once where transformers rounds twice.
 
 It is a `typing.NamedTuple` (not a dataclass) because its source is copied into the seed,
 whose imports are limited to torch, triton, math, functools and typing; `check_tuning` holds
@@ -31,9 +30,6 @@ class DecodeTuning(NamedTuple):
     pdl: bool = False  # programmatic dependent launch (sm_90+)
     tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
-    # qkv's and gate_up's one-row kernels: the norm's rstd applied to the products' float32
-    # sums (one rounding of x * weight where transformers rounds twice; kernels/gemv.py LATE)
-    late_norm: bool = False
     rows_min: int = 3  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
     rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers

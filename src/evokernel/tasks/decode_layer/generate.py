@@ -64,7 +64,6 @@ KNOBS: dict[str, tuple[object, ...]] = {
     "pdl": (True,),
     "tile_bytes": (32768, 16384, 65536),
     "gemv_warps": (0, 4, 8),
-    "late_norm": (False, True),
     "rows_min": (3, 2, 5, 9),
     "rows_block_n": (0, 16, 32, 64),
     "rows_tile_bytes": (65536, 32768, 131072),

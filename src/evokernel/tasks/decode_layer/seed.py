@@ -31,7 +31,6 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 PDL = True
 TILE_BYTES = 32768  # tune: 16384, 32768, 65536
 GEMV_WARPS = 0  # tune: 0, 4, 8
-LATE_NORM = False  # tune: False, True
 ROWS_MIN = 3  # tune: 2, 3, 5, 9
 ROWS_BLOCK_N = 0  # tune: 0, 16, 32, 64
 ROWS_TILE_BYTES = 65536  # tune: 32768, 65536, 131072
@@ -112,15 +111,6 @@ def _input_row(x_ptr, norm_w, cols, eps, K: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _weighted_row(x_ptr, norm_w, cols, eps, K: tl.constexpr):
-    """LATE's row: (round(x * norm_w) as float32 [BLOCK_K], the row's rstd), the two
-    independent, so the norm's reduction and the products' can overlap."""
-    x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-    return (x * norm_w).to(x_ptr.dtype.element_ty).to(tl.float32), rstd
-
-
-@triton.jit
 def _norm_weight(norm_ptr, cols, K: tl.constexpr, NORM: tl.constexpr):
     if NORM:
         return tl.load(norm_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
@@ -147,7 +137,6 @@ def norm_gemv_kernel(
     NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PDL: tl.constexpr,
-    LATE: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
@@ -158,12 +147,8 @@ def norm_gemv_kernel(
     pdl_enter(PDL)
     for m in tl.static_range(BLOCK_M):
         if m < M:
-            if NORM and LATE:
-                x, rstd = _weighted_row(x_ptr + m * stride_x, norm_w, cols, eps, K)
-                y = tl.sum(w.to(tl.float32) * x[None, :], axis=1) * rstd
-            else:
-                x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
-                y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, NORM)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
             if HAS_BIAS:
                 y += bias
             tl.store(y_ptr + m * stride_y + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -217,7 +202,6 @@ def norm_gate_up_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
-    LATE: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
@@ -228,15 +212,9 @@ def norm_gate_up_kernel(
     dtype = act_ptr.dtype.element_ty
     for m in tl.static_range(BLOCK_M):
         if m < M:
-            if LATE:
-                x, rstd = _weighted_row(x_ptr + m * stride_x, norm_w, cols, eps, K)
-            else:
-                x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
-                rstd = 1.0
-            g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1) * rstd
-            u = tl.sum(wu.to(tl.float32) * x[None, :], axis=1) * rstd
-            g = g.to(dtype).to(tl.float32)
-            u = u.to(dtype).to(tl.float32)
+            x = _input_row(x_ptr + m * stride_x, norm_w, cols, eps, K, True)
+            g = tl.sum(wg.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
+            u = tl.sum(wu.to(tl.float32) * x[None, :], axis=1).to(dtype).to(tl.float32)
             s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
             tl.store(act_ptr + m * stride_act + rows, (s * u).to(dtype), mask=rows < INTER)
 
@@ -1045,9 +1023,6 @@ class DecodeTuning(NamedTuple):
     pdl: bool = False  # programmatic dependent launch (sm_90+)
     tile_bytes: int = 32 * 1024  # weight bytes per one-row GEMV program (a power of two)
     gemv_warps: int = 0  # 0: 8 for tiles of >= 16K elements, else 4
-    # qkv's and gate_up's one-row kernels: the norm's rstd applied to the products' float32
-    # sums (one rounding of x * weight where transformers rounds twice; kernels/gemv.py LATE)
-    late_norm: bool = False
     rows_min: int = 3  # from this many rows the tensor-core rows kernel (kernels/rows.py)
     rows_block_n: int = 0  # its output columns per program (0: >= 1 wave, 16..64)
     rows_tile_bytes: int = 64 * 1024  # weights a program may keep in registers
@@ -1387,7 +1362,7 @@ def norm_linear(x, norm_weight, weight, bias, eps, tuning):
     norm_gemv_kernel[(triton.cdiv(N, block_n),)](
         x, norm_weight, weight, bias if bias is not None else x, y, M, N, x.stride(0),
         weight.stride(0), y.stride(0), eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k,
-        NORM=True, HAS_BIAS=bias is not None, PDL=tuning.pdl, LATE=tuning.late_norm,
+        NORM=True, HAS_BIAS=bias is not None, PDL=tuning.pdl,
         num_warps=gemv_warps(block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return y
@@ -1421,8 +1396,7 @@ def norm_gate_up_silu(x, norm_weight, gate_up, eps, tuning):
     norm_gate_up_kernel[(triton.cdiv(inter, block_n),)](
         x, norm_weight, gate_up, act, M, inter, x.stride(0), gate_up.stride(0), act.stride(0),
         eps, K=K, BLOCK_M=M, BLOCK_N=block_n, BLOCK_K=block_k, PDL=tuning.pdl,
-        LATE=tuning.late_norm, num_warps=gemv_warps(2 * block_n, block_k, tuning),
-        launch_pdl=tuning.pdl,
+        num_warps=gemv_warps(2 * block_n, block_k, tuning), launch_pdl=tuning.pdl,
     )  # fmt: skip
     return act
 
@@ -1505,7 +1479,6 @@ def _tuning():
         pdl=PDL,
         tile_bytes=TILE_BYTES,
         gemv_warps=GEMV_WARPS,
-        late_norm=LATE_NORM,
         rows_min=ROWS_MIN,
         rows_block_n=ROWS_BLOCK_N,
         rows_tile_bytes=ROWS_TILE_BYTES,
